@@ -1,0 +1,38 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "bgtask",
+    products: [
+        .executable(name: "bgtask", targets: ["bgtask"]),
+        .library(name: "BgtaskProbes", targets: ["BgtaskProbes"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // System libraries: thin module maps over the C APIs we read the machine through.
+        .systemLibrary(name: "CUdev", path: "Sources/CUdev", pkgConfig: "libudev",
+                       providers: [.apt(["libudev-dev"])]),
+        // libupower-glib; pkg-config also brings gio/gobject/glib, which we use for D-Bus properties.
+        .systemLibrary(name: "CUPower", path: "Sources/CUPower", pkgConfig: "upower-glib",
+                       providers: [.apt(["libupower-glib-dev"])]),
+        // Test-only: builds umockdev testbeds in-process so tests can send uevents.
+        .systemLibrary(name: "CUMockdev", path: "Sources/CUMockdev", pkgConfig: "umockdev-1.0",
+                       providers: [.apt(["libumockdev-dev"])]),
+
+        // Reads the machine: sysfs, libudev, UPower, NetworkManager, power-profiles-daemon, rtnetlink.
+        .target(name: "BgtaskProbes", dependencies: ["CUdev", "CUPower"]),
+
+        .executableTarget(name: "bgtask", dependencies: [
+            "BgtaskProbes",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "CUMockdev"],
+                          path: "Benchmarks/bgtask-bench"),
+
+        .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes"],
+                    resources: [.copy("Fixtures")]),
+        .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "CUMockdev"]),
+    ]
+)

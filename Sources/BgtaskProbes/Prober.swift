@@ -1,0 +1,52 @@
+/// Reads the D-Bus services once, on the calling thread.
+enum DBusProbe {
+    static func read() -> DBusReadings {
+        let upower: UPowerReading
+        switch UPowerClient.connect() {
+        case .success(let c): upower = c.reading()
+        case .failure(let e): upower = .unavailable(e.message)
+        }
+        switch SystemBus.connect() {
+        case .failure(let e):
+            return DBusReadings(upower: upower, nmMetered: nil, nmReason: e.message, powerProfile: nil,
+                                powerProfileSource: e.message)
+        case .success(let bus):
+            return read(bus: bus, upower: upower)
+        }
+    }
+
+    static func read(bus: SystemBus, upower: UPowerReading) -> DBusReadings {
+        let (profile, source) = bus.activeProfile()
+        switch bus.networkManagerMetered() {
+        case .success(let m):
+            return DBusReadings(upower: upower, nmMetered: m, nmReason: "NetworkManager Metered=\(NMMetered.name(m))",
+                                powerProfile: profile, powerProfileSource: source)
+        case .failure(let e):
+            return DBusReadings(upower: upower, nmMetered: nil, nmReason: "NetworkManager not running (\(e.message))",
+                                powerProfile: profile, powerProfileSource: source)
+        }
+    }
+}
+
+/// Takes whole snapshots; the parts are exposed so the watcher can re-read only what an event touched.
+public struct Prober: Sendable {
+    public let options: ProbeOptions
+    public var reader: DeviceReader { DeviceReader(root: options.root) }
+
+    public init(options: ProbeOptions = .init()) { self.options = options }
+
+    public func snapshot(previousZoneStates: [String: ThermalState] = [:]) -> ConditionSnapshot {
+        let dbus = options.useDBus ? DBusProbe.read()
+            : .notConsulted("D-Bus not consulted for a recorded tree (\(options.root.sysfs))")
+        return snapshot(dbus: dbus, previousZoneStates: previousZoneStates)
+    }
+
+    public func snapshot(dbus: DBusReadings, previousZoneStates: [String: ThermalState] = [:]) -> ConditionSnapshot {
+        let r = reader
+        let (routes, readable) = r.defaultRoutes()
+        return ConditionSnapshot.assemble(
+            supplies: r.powerSupplies(), zones: r.thermalZones(fallback: options.thermal),
+            previousZoneStates: previousZoneStates, links: r.networkLinks(routes: routes), routesReadable: readable,
+            cpuPressure: r.cpuPressure(), dbus: dbus, options: options)
+    }
+}

@@ -1,0 +1,180 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// An OS error with the file it happened on, in the manner of swift-system's `Errno`.
+public struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let path: String
+    public let errno: Int32
+    public let operation: String
+
+    public init(_ operation: String, path: String, errno: Int32) {
+        self.operation = operation
+        self.path = path
+        self.errno = errno
+    }
+
+    public var errnoName: String { Errno.name(errno) }
+    public var description: String {
+        "\(operation) \(path): \(String(cString: strerror(errno))) (\(errnoName))"
+    }
+}
+
+enum Errno {
+    static func name(_ e: Int32) -> String {
+        switch e {
+        case ENOENT: return "ENOENT"
+        case EIO: return "EIO"
+        case ENODATA: return "ENODATA"
+        case EACCES: return "EACCES"
+        case EPERM: return "EPERM"
+        case EINVAL: return "EINVAL"
+        case EAGAIN: return "EAGAIN"
+        case ENODEV: return "ENODEV"
+        case ENXIO: return "ENXIO"
+        case EISDIR: return "EISDIR"
+        case ENOTDIR: return "ENOTDIR"
+        default: return "errno \(e)"
+        }
+    }
+}
+
+/// One sysfs attribute as read: its text, absent, or a read error.
+public enum SysfsValue: Sendable, Equatable {
+    case text(String)
+    case missing
+    case unreadable(SystemError)
+
+    public var text: String? {
+        if case .text(let t) = self { return t }
+        return nil
+    }
+}
+
+/// Every path the probes read goes through this root, so a recorded tree (`--sysfs-root`) or
+/// umockdev's redirected `/sys` is read by exactly the same code.
+public struct SysfsRoot: Sendable, Equatable {
+    public var sysfs: String
+    public var proc: String
+
+    public init(sysfs: String = "/sys", proc: String = "/proc") {
+        self.sysfs = sysfs
+        self.proc = proc
+    }
+
+    /// `/sys` itself: enumerate through libudev (which umockdev also redirects).
+    public var isLiveSystem: Bool { sysfs == "/sys" }
+
+    /// `BGTASK_SYSFS_ROOT` / `BGTASK_PROC_ROOT` override the defaults.
+    public static func fromEnvironment(sysfs: String? = nil, proc: String? = nil) -> SysfsRoot {
+        func env(_ n: String) -> String? { getenv(n).map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } }
+        return SysfsRoot(sysfs: sysfs ?? env("BGTASK_SYSFS_ROOT") ?? "/sys",
+                         proc: proc ?? env("BGTASK_PROC_ROOT") ?? "/proc")
+    }
+}
+
+enum FileIO {
+    /// Reads a small file whole; retries EINTR; nil-free: errors carry path and errno.
+    static func read(_ path: String, limit: Int = 64 * 1024) -> Result<String, SystemError> {
+        var fd: Int32
+        repeat { fd = open(path, O_RDONLY | O_CLOEXEC) } while fd < 0 && errno == EINTR
+        guard fd >= 0 else { return .failure(SystemError("open", path: path, errno: errno)) }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < limit {
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .failure(SystemError("read", path: path, errno: errno))
+            }
+            if n == 0 { break }
+            bytes.append(contentsOf: buf[0..<n])
+        }
+        return .success(String(decoding: bytes, as: UTF8.self))
+    }
+
+    static func attribute(_ path: String) -> SysfsValue {
+        switch read(path) {
+        case .success(let s): return .text(trimmed(s))
+        case .failure(let e) where e.errno == ENOENT || e.errno == ENOTDIR: return .missing
+        case .failure(let e): return .unreadable(e)
+        }
+    }
+
+    /// Entry names of a directory (no "." or ".."), sorted; empty when it cannot be listed.
+    static func list(_ path: String) -> [String] {
+        guard let dir = opendir(path) else { return [] }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let ent = readdir(dir) {
+            let name = withUnsafePointer(to: ent.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+}
+
+func trimmed(_ s: String) -> String {
+    var t = Substring(s)
+    while let c = t.first, c.isWhitespace || c == "\0" { t.removeFirst() }
+    while let c = t.last, c.isWhitespace || c == "\0" { t.removeLast() }
+    return String(t)
+}
+
+/// A device as read from sysfs: its uevent properties and the attributes asked for.
+public struct SysfsDevice: Sendable {
+    public var name: String
+    public var path: String
+    public var subsystem: String
+    public var properties: [String: String]
+    public var attributes: [String: SysfsValue]
+
+    public func text(_ attr: String) -> String? { attributes[attr]?.text }
+    public func attributePath(_ attr: String) -> String { path + "/" + attr }
+}
+
+/// Finds devices of a subsystem: through libudev on the live system (so umockdev and real udev
+/// agree), by listing `<root>/class/<subsystem>` for a recorded tree.
+public struct DeviceReader: Sendable {
+    public let root: SysfsRoot
+
+    public init(root: SysfsRoot) { self.root = root }
+
+    public func devicePaths(subsystem: String) -> [String] {
+        if root.isLiveSystem, let udev = Udev() {
+            return udev.syspaths(subsystem: subsystem)
+        }
+        let dir = root.sysfs + "/class/" + subsystem
+        return FileIO.list(dir).map { dir + "/" + $0 }
+    }
+
+    /// Reads the named attributes plus any whose name starts with one of `prefixes`.
+    public func read(path: String, subsystem: String, attributes: [String], prefixes: [String] = []) -> SysfsDevice {
+        var names = attributes
+        if !prefixes.isEmpty {
+            names += FileIO.list(path).filter { n in prefixes.contains { n.hasPrefix($0) } }
+        }
+        var attrs: [String: SysfsValue] = [:]
+        for n in names { attrs[n] = FileIO.attribute(path + "/" + n) }
+        var props: [String: String] = [:]
+        if case .text(let uevent) = FileIO.attribute(path + "/uevent") {
+            for line in uevent.split(separator: "\n") {
+                guard let eq = line.firstIndex(of: "=") else { continue }
+                props[String(line[..<eq])] = String(line[line.index(after: eq)...])
+            }
+        }
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        return SysfsDevice(name: name, path: path, subsystem: subsystem, properties: props, attributes: attrs)
+    }
+
+    public func devices(subsystem: String, attributes: [String], prefixes: [String] = []) -> [SysfsDevice] {
+        devicePaths(subsystem: subsystem).map {
+            read(path: $0, subsystem: subsystem, attributes: attributes, prefixes: prefixes)
+        }
+    }
+}

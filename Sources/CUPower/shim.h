@@ -1,0 +1,98 @@
+#ifndef CUPOWER_SHIM_H
+#define CUPOWER_SHIM_H
+/* Include paths for libupower-glib, gio, gobject and glib come from `pkg-config upower-glib`. */
+#include <glib.h>
+#include <glib-object.h>
+#include <gio/gio.h>
+#include <libupower-glib/upower.h>
+
+/* g_object_get() is C-variadic, which Swift cannot call, and UpDevice 0.99 has no
+ * per-property getters: typed wrappers per property type. */
+static inline double cup_get_double(gpointer obj, const char *prop) {
+    double v = 0; g_object_get(obj, prop, &v, NULL); return v;
+}
+static inline guint cup_get_uint(gpointer obj, const char *prop) {
+    guint v = 0; g_object_get(obj, prop, &v, NULL); return v;
+}
+static inline gint64 cup_get_int64(gpointer obj, const char *prop) {
+    gint64 v = 0; g_object_get(obj, prop, &v, NULL); return v;
+}
+static inline gboolean cup_get_bool(gpointer obj, const char *prop) {
+    gboolean v = FALSE; g_object_get(obj, prop, &v, NULL); return v;
+}
+/* Newly allocated (g_free) or NULL. */
+static inline gchar *cup_get_string(gpointer obj, const char *prop) {
+    gchar *v = NULL; g_object_get(obj, prop, &v, NULL); return v;
+}
+static inline gboolean cup_has_property(gpointer obj, const char *prop) {
+    return g_object_class_find_property(G_OBJECT_GET_CLASS(obj), prop) != NULL;
+}
+
+/* A plain C callback with one context pointer; signal handlers of every shape
+ * funnel into it so Swift only ever provides one kind of @convention(c) function. */
+typedef void (*cup_callback)(void *context);
+typedef struct { cup_callback fn; void *context; } cup_closure;
+
+static void cup_closure_free(gpointer data, GClosure *closure) { (void)closure; g_free(data); }
+static void cup_notify_trampoline(GObject *obj, GParamSpec *pspec, gpointer data) {
+    (void)obj; (void)pspec; cup_closure *c = data; c->fn(c->context);
+}
+static void cup_device_trampoline(gpointer client, gpointer device, gpointer data) {
+    (void)client; (void)device; cup_closure *c = data; c->fn(c->context);
+}
+/* g_signal_connect is a macro. `detailed` is e.g. "notify" or "notify::on-battery". */
+static inline gulong cup_connect_notify(gpointer instance, const char *detailed, cup_callback fn, void *context) {
+    cup_closure *c = g_new0(cup_closure, 1); c->fn = fn; c->context = context;
+    return g_signal_connect_data(instance, detailed, G_CALLBACK(cup_notify_trampoline), c, cup_closure_free, 0);
+}
+/* UpClient's "device-added" / "device-removed" (one pointer argument). */
+static inline gulong cup_connect_device_signal(gpointer instance, const char *name, cup_callback fn, void *context) {
+    cup_closure *c = g_new0(cup_closure, 1); c->fn = fn; c->context = context;
+    return g_signal_connect_data(instance, name, G_CALLBACK(cup_device_trampoline), c, cup_closure_free, 0);
+}
+
+/* org.freedesktop.DBus.Properties.Get with a timeout; returns the unboxed value (g_variant_unref) or NULL. */
+static inline GVariant *cup_dbus_get_property(GDBusConnection *bus, const char *name, const char *path,
+                                              const char *iface, const char *prop, int timeout_ms, GError **error) {
+    GVariant *reply = g_dbus_connection_call_sync(bus, name, path, "org.freedesktop.DBus.Properties", "Get",
+                                                  g_variant_new("(ss)", iface, prop), G_VARIANT_TYPE("(v)"),
+                                                  G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout_ms, NULL, error);
+    if (reply == NULL) return NULL;
+    GVariant *boxed = NULL;
+    g_variant_get(reply, "(v)", &boxed);
+    g_variant_unref(reply);
+    return boxed;
+}
+static inline gboolean cup_variant_is_uint32(GVariant *v) { return g_variant_is_of_type(v, G_VARIANT_TYPE_UINT32); }
+static inline gboolean cup_variant_is_string(GVariant *v) { return g_variant_is_of_type(v, G_VARIANT_TYPE_STRING); }
+
+static void cup_dbus_signal_trampoline(GDBusConnection *conn, const gchar *sender, const gchar *path,
+                                       const gchar *iface, const gchar *signal, GVariant *params, gpointer data) {
+    (void)conn; (void)sender; (void)path; (void)iface; (void)signal; (void)params;
+    cup_closure *c = data; c->fn(c->context);
+}
+static void cup_closure_free_plain(gpointer data) { g_free(data); }
+/* Subscribe to PropertiesChanged of one object (and NameOwnerChanged for the service, so a daemon
+ * that starts or stops later is noticed). Returns the two subscription ids packed in out params. */
+static inline void cup_dbus_watch_properties(GDBusConnection *bus, const char *name, const char *path,
+                                             cup_callback fn, void *context, guint *props_id, guint *owner_id) {
+    cup_closure *c1 = g_new0(cup_closure, 1); c1->fn = fn; c1->context = context;
+    *props_id = g_dbus_connection_signal_subscribe(bus, name, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                                                   path, NULL, G_DBUS_SIGNAL_FLAGS_NONE,
+                                                   cup_dbus_signal_trampoline, c1, cup_closure_free_plain);
+    cup_closure *c2 = g_new0(cup_closure, 1); c2->fn = fn; c2->context = context;
+    *owner_id = g_dbus_connection_signal_subscribe(bus, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+                                                   "/org/freedesktop/DBus", name, G_DBUS_SIGNAL_FLAGS_NONE,
+                                                   cup_dbus_signal_trampoline, c2, cup_closure_free_plain);
+}
+
+static gboolean cup_idle_trampoline(gpointer data) { cup_closure *c = data; c->fn(c->context); return G_SOURCE_REMOVE; }
+/* Runs fn once on ctx's thread after the events already queued there: coalesces bursts of notifies. */
+static inline void cup_invoke_idle(GMainContext *ctx, cup_callback fn, void *context) {
+    cup_closure *c = g_new0(cup_closure, 1); c->fn = fn; c->context = context;
+    GSource *s = g_idle_source_new();
+    g_source_set_callback(s, cup_idle_trampoline, c, g_free);
+    g_source_attach(s, ctx);
+    g_source_unref(s);
+}
+#endif
