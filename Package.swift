@@ -21,8 +21,11 @@ let package = Package(
         .systemLibrary(name: "CUMockdev", path: "Sources/CUMockdev", pkgConfig: "umockdev-1.0",
                        providers: [.apt(["libumockdev-dev"])]),
 
+        // Linux calls the Glibc overlay does not import (pipe2, netlink).
+        .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
+
         // Reads the machine: sysfs, libudev, UPower, NetworkManager, power-profiles-daemon, rtnetlink.
-        .target(name: "BgtaskProbes", dependencies: ["CUdev", "CUPower"]),
+        .target(name: "BgtaskProbes", dependencies: ["CUdev", "CUPower", "CLinux"]),
 
         .executableTarget(name: "bgtask", dependencies: [
             "BgtaskProbes",

@@ -1,0 +1,271 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import CUPower
+import Synchronization
+
+/// A snapshot and what changed in it, and the event that caused it.
+public struct ConditionUpdate: Sendable {
+    public var snapshot: ConditionSnapshot
+    public var changes: [ConditionChange]
+    public var initial: Bool
+    public var trigger: String
+    /// CLOCK_MONOTONIC when the triggering event was received, for latency measurements.
+    public var receivedAtNanos: UInt64
+}
+
+public struct WatchOptions: Sendable {
+    public var probe: ProbeOptions
+    /// Thermal zones raise no events for temperature: they are read this often, and only while
+    /// watching and only when a zone has a usable temperature. nil: never.
+    public var thermalIntervalMs: Int32?
+
+    public init(probe: ProbeOptions = .init(), thermalIntervalMs: Int32? = 2000) {
+        self.probe = probe
+        self.thermalIntervalMs = thermalIntervalMs
+    }
+}
+
+func monotonicNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}
+
+/// Watches every condition source and streams snapshots as they change: the udev netlink monitor
+/// (power_supply, thermal, net), rtnetlink (links, routes), UPower, NetworkManager and
+/// power-profiles-daemon signals on a GLib thread, and a thermal poll only where zones exist.
+/// Nothing wakes the process while nothing changes, apart from that thermal poll.
+public enum ConditionWatcher {
+    public static func updates(_ options: WatchOptions = .init()) -> AsyncStream<ConditionUpdate> {
+        AsyncStream(bufferingPolicy: .unbounded) { continuation in
+            let engine = WatchEngine(options: options, continuation: continuation)
+            continuation.onTermination = { _ in engine.stop() }
+            engine.start()
+        }
+    }
+}
+
+final class WatchEngine: @unchecked Sendable {
+    let options: WatchOptions
+    let continuation: AsyncStream<ConditionUpdate>.Continuation
+    let wake = WakePipe()
+    let stopped = Atomic<Bool>(false)
+    /// Written by the GLib thread, read by the poll thread.
+    let dbus: Mutex<(readings: DBusReadings?, dirty: Bool)> = Mutex((nil, false))
+    /// The GLib main loop, as a bit pattern (pointers are not Sendable).
+    let glibLoop = Mutex<Int>(0)
+
+    init(options: WatchOptions, continuation: AsyncStream<ConditionUpdate>.Continuation) {
+        self.options = options
+        self.continuation = continuation
+    }
+
+    func start() {
+        if options.probe.useDBus {
+            startThread { [self] in GLibSide(engine: self).run() }
+        } else {
+            dbus.withLock { $0 = (.notConsulted("D-Bus not consulted for a recorded tree (\(options.probe.root.sysfs))"), true) }
+        }
+        startThread { [self] in pollLoop() }
+    }
+
+    func stop() {
+        stopped.store(true, ordering: .sequentiallyConsistent)
+        wake.wake()
+        glibLoop.withLock { bits in if let l = OpaquePointer(bitPattern: bits) { g_main_loop_quit(l) } }
+    }
+
+    /// Called on the GLib thread with fresh readings.
+    func publish(_ r: DBusReadings) {
+        dbus.withLock { $0 = (r, true) }
+        wake.wake()
+    }
+
+    private func pollLoop() {
+        let prober = Prober(options: options.probe)
+        let reader = prober.reader
+        // The udev monitor only exists on the live system (real or umockdev); a recorded tree has no events.
+        let udev = options.probe.root.isLiveSystem ? UdevMonitor(subsystems: ["power_supply", "thermal", "net"]) : nil
+        let routes = options.probe.root.isLiveSystem ? RouteMonitor() : nil
+
+        // Wait (bounded) for the first D-Bus readings so the first snapshot is complete.
+        let deadline = monotonicNanos() + 3_000_000_000
+        while dbus.withLock({ $0.readings == nil }) && monotonicNanos() < deadline && !stopped.load(ordering: .relaxed) {
+            var p = pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
+            _ = poll(&p, 1, 100)
+            wake.drain()
+        }
+        var dbusReadings = dbus.withLock { s -> DBusReadings in
+            s.dirty = false
+            return s.readings ?? .notConsulted("D-Bus did not answer within 3 s")
+        }
+
+        var supplies = reader.powerSupplies()
+        var zones = reader.thermalZones(fallback: options.probe.thermal)
+        var (routeList, routesReadable) = reader.defaultRoutes()
+        var links = reader.networkLinks(routes: routeList)
+        var zoneStates: [String: ThermalState] = [:]
+        var differ = ConditionDiffer()
+
+        func emit(trigger: String, at: UInt64, initial: Bool) {
+            let snap = ConditionSnapshot.assemble(
+                supplies: supplies, zones: zones, previousZoneStates: zoneStates, links: links,
+                routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: options.probe)
+            zoneStates = snap.zoneStates
+            let changes = differ.changes(to: snap.conditions)
+            if initial || !changes.isEmpty {
+                continuation.yield(ConditionUpdate(snapshot: snap, changes: changes, initial: initial,
+                                                   trigger: trigger, receivedAtNanos: at))
+            }
+        }
+        emit(trigger: "start", at: monotonicNanos(), initial: true)
+
+        var nextThermal: UInt64?
+        func scheduleThermal() {
+            guard let ms = options.thermalIntervalMs, zones.contains(where: \.isUsable) else { nextThermal = nil; return }
+            nextThermal = monotonicNanos() + UInt64(ms) * 1_000_000
+        }
+        scheduleThermal()
+
+        while !stopped.load(ordering: .relaxed) {
+            var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+            if let u = udev { fds.append(pollfd(fd: u.fd, events: Int16(POLLIN), revents: 0)) }
+            if let r = routes { fds.append(pollfd(fd: r.fd, events: Int16(POLLIN), revents: 0)) }
+            var timeout: Int32 = -1
+            if let t = nextThermal {
+                let now = monotonicNanos()
+                timeout = t > now ? Int32(min(UInt64(Int32.max), (t - now + 999_999) / 1_000_000)) : 0
+            }
+            let n = poll(&fds, nfds_t(fds.count), timeout)
+            let at = monotonicNanos()
+            if n < 0 && errno != EINTR { break }
+            if stopped.load(ordering: .relaxed) { break }
+
+            var powerDirty = false, thermalDirty = false, netDirty = false, dbusDirty = false
+            var triggers: [String] = []
+            if fds[0].revents != 0 {
+                wake.drain()
+                if let r = dbus.withLock({ s -> DBusReadings? in defer { s.dirty = false }; return s.dirty ? s.readings : nil }) {
+                    dbusReadings = r
+                    dbusDirty = true
+                    triggers.append("D-Bus signal")
+                }
+            }
+            if let u = udev, fds.first(where: { $0.fd == u.fd })?.revents ?? 0 != 0 {
+                for ev in u.receiveAll() {
+                    switch ev.subsystem {
+                    case "power_supply": powerDirty = true
+                    case "thermal": thermalDirty = true
+                    case "net": netDirty = true
+                    default: break
+                    }
+                    triggers.append("uevent \(ev.action) \(ev.subsystem)/\(ev.name)")
+                }
+            }
+            if let r = routes, fds.first(where: { $0.fd == r.fd })?.revents ?? 0 != 0, r.drain() {
+                netDirty = true
+                triggers.append("rtnetlink")
+            }
+            if let t = nextThermal, at >= t {
+                thermalDirty = true
+                triggers.append("thermal poll")
+            }
+
+            if powerDirty { supplies = reader.powerSupplies() }
+            if thermalDirty {
+                zones = reader.thermalZones(fallback: options.probe.thermal)
+                scheduleThermal()
+            }
+            if netDirty {
+                (routeList, routesReadable) = reader.defaultRoutes()
+                links = reader.networkLinks(routes: routeList)
+            }
+            if powerDirty || thermalDirty || netDirty || dbusDirty {
+                emit(trigger: triggers.joined(separator: ", "), at: at, initial: false)
+            }
+        }
+        continuation.finish()
+    }
+}
+
+/// Owns the GLib main context, the UPower client and the D-Bus subscriptions; lives on its own thread.
+final class GLibSide {
+    unowned let engine: WatchEngine
+    var context: OpaquePointer?
+    var bus: SystemBus?
+    var upower: UPowerClient?
+    var pending = false
+    var upowerStale = false
+
+    init(engine: WatchEngine) { self.engine = engine }
+
+    var selfPointer: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    func run() {
+        let ctx = g_main_context_new()
+        g_main_context_push_thread_default(ctx)
+        context = ctx
+        defer { g_main_context_pop_thread_default(ctx); g_main_context_unref(ctx) }
+
+        switch SystemBus.connect() {
+        case .failure(let e):
+            engine.publish(.notConsulted(e.message))
+            return   // no bus: nothing will ever signal
+        case .success(let b):
+            bus = b
+        }
+        connectUPower()
+        let onSignal: cup_callback = { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }
+        let onUPowerOwner: cup_callback = { ctx in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            me.upowerStale = true
+            me.changed()
+        }
+        var a: guint = 0, b: guint = 0
+        let nm = Services.networkManager
+        cup_dbus_watch_properties(bus!.connection, nm.name, nm.path, onSignal, selfPointer, &a, &b)
+        for p in Services.powerProfiles {
+            cup_dbus_watch_properties(bus!.connection, p.name, p.path, onSignal, selfPointer, &a, &b)
+        }
+        cup_dbus_watch_properties(bus!.connection, "org.freedesktop.UPower", "/org/freedesktop/UPower",
+                                  onUPowerOwner, selfPointer, &a, &b)
+        refresh()
+
+        let loop = g_main_loop_new(ctx, 0)
+        let bits = Int(bitPattern: loop)
+        engine.glibLoop.withLock { $0 = bits }
+        if !engine.stopped.load(ordering: .relaxed) { g_main_loop_run(loop) }
+        engine.glibLoop.withLock { $0 = 0 }
+        g_main_loop_unref(loop)
+        upower = nil
+        bus = nil
+    }
+
+    func connectUPower() {
+        upower = try? UPowerClient.connect().get()
+        guard let u = upower else { return }
+        let cb: cup_callback = { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }
+        cup_connect_notify(u.client, "notify", cb, selfPointer)
+        cup_connect_device_signal(u.client, "device-added", cb, selfPointer)
+        cup_connect_device_signal(u.client, "device-removed", cb, selfPointer)
+        if let d = u.display { cup_connect_notify(d, "notify", cb, selfPointer) }
+    }
+
+    /// Bursts of notifications (every property of the display device changes at once) become one read.
+    func changed() {
+        guard !pending else { return }
+        pending = true
+        cup_invoke_idle(context, { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().refresh() }, selfPointer)
+    }
+
+    func refresh() {
+        pending = false
+        if upowerStale || upower?.daemonVersion == nil {
+            upowerStale = false
+            connectUPower()
+        }
+        let up = upower.map { $0.reading() } ?? .unavailable("UPower client could not be created")
+        engine.publish(DBusProbe.read(bus: bus!, upower: up))
+    }
+}
