@@ -37,7 +37,7 @@ public struct Prober: Sendable {
 
     public func snapshot(previousZoneStates: [String: ThermalState] = [:]) -> ConditionSnapshot {
         let dbus = options.useDBus ? DBusProbe.read()
-            : .notConsulted("D-Bus not consulted for a recorded tree (\(options.root.sysfs))")
+            : .notConsulted(options.noDBusReason)
         return snapshot(dbus: dbus, previousZoneStates: previousZoneStates)
     }
 

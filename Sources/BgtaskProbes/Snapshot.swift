@@ -22,6 +22,12 @@ public struct ProbeOptions: Sendable, Equatable {
         self.root = root
         self.useDBus = useDBus ?? root.isLiveSystem
     }
+
+    /// Why D-Bus was not asked, when it was not.
+    public var noDBusReason: String {
+        root.isLiveSystem ? "D-Bus not consulted (--no-dbus)"
+            : "D-Bus not consulted for a recorded tree (\(root.sysfs))"
+    }
 }
 
 /// One reading of every condition, with the devices and sources behind it.

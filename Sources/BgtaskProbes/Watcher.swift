@@ -65,7 +65,7 @@ final class WatchEngine: @unchecked Sendable {
         if options.probe.useDBus {
             startThread { [self] in GLibSide(engine: self).run() }
         } else {
-            dbus.withLock { $0 = (.notConsulted("D-Bus not consulted for a recorded tree (\(options.probe.root.sysfs))"), true) }
+            dbus.withLock { $0 = (.notConsulted(options.probe.noDBusReason), true) }
         }
         startThread { [self] in pollLoop() }
     }
