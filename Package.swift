@@ -31,11 +31,13 @@ let package = Package(
             "BgtaskProbes",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
-        .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "CUMockdev"],
+        // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
+        .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev"], path: "Tests/Support"),
+        .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
                           path: "Benchmarks/bgtask-bench"),
 
         .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes"],
                     resources: [.copy("Fixtures")]),
-        .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "CUMockdev"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
     ]
 )

@@ -1,0 +1,106 @@
+import BgtaskProbes
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// One testbed at a time: umockdev keeps the testbed in this process's environment.
+@Suite("Under umockdev: libudev enumeration, uevents, the real upowerd", .serialized, .enabled(if: umockdevReady))
+struct UmockdevIntegrationTests {
+    @Test("libudev enumeration of a testbed gives the same readings as the recorded tree")
+    func libudevEnumerationReadsTestbed() throws {
+        try requirePreload()
+        let tb = Testbed()
+        tb.addLaptop(acOnline: false)
+        let s = Prober(options: ProbeOptions(root: SysfsRoot(), useDBus: false)).snapshot()
+        #expect(s.power.external == false)
+        #expect(s.power.reason.contains("BAT0 is discharging"))
+        #expect(s.battery.percent == 42)
+        #expect(s.battery.state == .discharging)
+        #expect(s.thermal.state == .nominal)
+        #expect(s.thermal.celsius == 54)
+        #expect(s.zones.first?.path.hasPrefix("/sys/devices/") == true)
+    }
+
+    @Test("unplugging and plugging the charger shows in `bgtask watch --json` within two seconds")
+    func chargerUeventsReachWatch() throws {
+        try requirePreload()
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus", "--thermal-interval", "0"])
+        defer { watch.stop() }
+        let first = try parseJSON(try #require(watch.line(within: 10), "no first line: \(watch.stderr)"))
+        #expect(first["initial"] as? Bool == true)
+        #expect(newValue(first, "power.external") as? Bool == true)
+
+        for round in 0..<3 {
+            let t0 = Date()
+            tb.plug(laptop, false)
+            let off = try #require(watch.line(within: 2) { $0.contains("\"power.external\"") },
+                                   "round \(round): no unplug line in 2 s")
+            #expect(newValue(try parseJSON(off), "power.external") as? Bool == false)
+            #expect(Date().timeIntervalSince(t0) < 2)
+
+            tb.plug(laptop, true)
+            let on = try #require(watch.line(within: 2) { $0.contains("\"power.external\"") },
+                                  "round \(round): no plug line in 2 s")
+            #expect(newValue(try parseJSON(on), "power.external") as? Bool == true)
+        }
+    }
+
+    @Test("a temperature crossing the passive trip changes thermal.state while watching")
+    func temperatureCrossingTripChangesState() throws {
+        try requirePreload()
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Full", energyNow: 60_000_000)
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus", "--thermal-interval", "0.05"])
+        defer { watch.stop() }
+        _ = try #require(watch.line(within: 10), "no first line: \(watch.stderr)")
+
+        tb.set(laptop.zone, "temp", "86000")
+        let hot = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
+        #expect(newValue(try parseJSON(hot), "thermal.state") as? String == "serious")
+
+        // 84 °C is inside the hysteresis band under the 85 °C trip: no change.
+        tb.set(laptop.zone, "temp", "84000")
+        tb.set(laptop.zone, "temp", "70000")
+        let cool = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
+        #expect(newValue(try parseJSON(cool), "thermal.state") as? String == "nominal")
+    }
+
+    @Test("recorded fixtures read the same through umockdev-run as through --sysfs-root",
+          arguments: ["power/03-dell-xps15-discharging", "power/11-14-dual-battery-secondary-empty",
+                      "power/checkbox-ipu7-not-charging-ucsi", "thermal/thermald-231-skylake-trips"])
+    func umockdevRunMatchesSysfsRoot(fixture: String) throws {
+        try requirePreload()
+        let file = fixturesDir.appendingPathComponent(fixture + ".umockdev").path
+        let clean = Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        let (rc, out, err) = try Child.run("/usr/bin/umockdev-run", ["-d", file, "--", Child.bgtaskPath, "status", "--json", "--no-dbus"],
+                                           environment: clean)
+        #expect(rc == 0, "\(err)")
+        let viaUdev = try parseJSON(out)
+        for path in ["power.external", "battery.percent", "battery.state", "battery.warning", "thermal.state", "thermal.celsius"] {
+            let v = value(viaUdev, path)
+            #expect(v != nil, "\(path) missing")
+        }
+        // Same values as the plain-directory reading, which the unit tests pin down.
+        let tree = try Child.run(Child.bgtaskPath, ["status", "--json", "--sysfs-root", try materialize(file)], environment: clean)
+        let viaTree = try parseJSON(tree.1)
+        for path in ["power.external", "battery.percent", "battery.state", "battery.warning", "battery.time_to_empty_s",
+                     "thermal.state", "thermal.celsius", "thermal.zone"] {
+            #expect(String(describing: value(viaUdev, path)) == String(describing: value(viaTree, path)), "\(path)")
+        }
+    }
+}
+
+let fixturesDir = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .appendingPathComponent("../BgtaskProbesTests/Fixtures").standardized
+
+/// umockdev's own tool writes the tree: `umockdev-run` keeps it in $UMOCKDEV_DIR, which a child can copy.
+func materialize(_ umockdevFile: String) throws -> String {
+    let dest = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-tree-\(UUID().uuidString)").path
+    let clean = Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+    let (rc, _, err) = try Child.run("/usr/bin/umockdev-run", ["-d", umockdevFile, "--", "/bin/sh", "-c", "cp -r \"$UMOCKDEV_DIR/sys\" \"\(dest)\""],
+                                     environment: clean)
+    try #require(rc == 0, "\(err)")
+    return dest
+}

@@ -1,0 +1,65 @@
+import Foundation
+
+/// A private dbus-daemon presented to children as the system bus (`DBUS_SYSTEM_BUS_ADDRESS`),
+/// the way UPower's and power-profiles-daemon's own integration tests run.
+public final class PrivateBus {
+    public let address: String
+    let daemon: Child
+
+    public init() throws {
+        daemon = try Child("/usr/bin/dbus-daemon", ["--session", "--nofork", "--print-address=1"],
+                           environment: Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]))
+        guard let addr = daemon.line(within: 10), addr.hasPrefix("unix:") else {
+            daemon.stop()
+            throw TestbedError(message: "dbus-daemon did not print an address: \(daemon.stderr)")
+        }
+        address = addr
+    }
+
+    deinit { daemon.stop() }
+
+    /// Child environment that sees this bus as the system bus.
+    public func environment(_ overrides: [String: String?] = [:]) -> [String: String] {
+        var o = overrides
+        o["DBUS_SYSTEM_BUS_ADDRESS"] = address
+        return Child.environment(o)
+    }
+
+    /// Blocks until `name` has an owner on this bus (gdbus wait: an event, not a sleep loop).
+    public func waitForName(_ name: String, timeoutSeconds: Int = 15) throws {
+        let (status, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--system", "--timeout", String(timeoutSeconds), name],
+                                             environment: environment(["LD_PRELOAD": nil]))
+        if status != 0 { throw TestbedError(message: "\(name) did not appear on the private bus: \(err)") }
+    }
+}
+
+/// The real upowerd on a private bus, reading the current umockdev testbed.
+public final class UPowerDaemon {
+    let daemon: Child
+    let historyDir: URL
+    let configFile: URL
+
+    public init(bus: PrivateBus) throws {
+        let tmp = FileManager.default.temporaryDirectory
+        historyDir = tmp.appendingPathComponent("upower-history-\(UUID().uuidString)")
+        configFile = tmp.appendingPathComponent("upower-conf-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: historyDir, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: configFile.path, contents: Data())
+        daemon = try Child("/usr/libexec/upowerd", ["-r", "-v"], environment: bus.environment([
+            "UPOWER_HISTORY_DIR": historyDir.path,
+            "UPOWER_CONF_FILE_NAME": configFile.path,
+            // The same hotfix UPower's own integration test uses under umockdev.
+            "SYSTEMD_DEVICE_VERIFY_SYSFS": "0",
+        ]))
+        try bus.waitForName("org.freedesktop.UPower")
+    }
+
+    public func stop() {
+        // upowerd under the preload can take seconds to honour SIGTERM; nothing of it is needed after the test.
+        daemon.stop(grace: 0.5)
+        try? FileManager.default.removeItem(at: historyDir)
+        try? FileManager.default.removeItem(at: configFile)
+    }
+
+    deinit { stop() }
+}
