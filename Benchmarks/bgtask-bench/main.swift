@@ -1,1 +1,123 @@
-print("bench")
+// Benchmarks for docs/benchmarks.md. Run under umockdev's preload (scripts/bench.sh does):
+//   1. one full status snapshot, in process (median, p99 µs), on a umockdev laptop testbed
+//   2. whole-process `bgtask status --json` against `systemd-ac-power -v` on the same testbed
+//   3. charger uevent → `bgtask watch --json` line, over N toggles (median, p99)
+//   4. wake-ups of an idle `bgtask watch`, with and without thermal zones
+// These VMs are noisy: medians and ratios are what to read.
+import BgtaskProbes
+import BgtaskTestSupport
+import Foundation
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+let args = CommandLine.arguments
+let toggles = args.firstIndex(of: "--toggles").flatMap { Int(args[$0 + 1]) } ?? 100
+let idleSeconds = args.firstIndex(of: "--idle-seconds").flatMap { Double(args[$0 + 1]) } ?? 20
+
+guard Testbed.preloaded else {
+    FileHandle.standardError.write(Data("run under umockdev-wrapper (scripts/bench.sh)\n".utf8))
+    exit(2)
+}
+
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+func percentile(_ xs: [Double], _ p: Double) -> Double {
+    let s = xs.sorted()
+    return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
+}
+func row(_ name: String, _ xs: [Double], unit: String) {
+    print(String(format: "| %@ | %d | %.1f %@ | %.1f %@ |", name, xs.count, percentile(xs, 0.5), unit, percentile(xs, 0.99), unit))
+}
+
+print("| measurement | n | median | p99 |")
+print("|---|---|---|---|")
+
+// 1. In-process snapshot cost.
+do {
+    let tb = Testbed()
+    tb.addLaptop(acOnline: false)
+    let prober = Prober(options: ProbeOptions(root: SysfsRoot(), useDBus: false))
+    _ = prober.snapshot()
+    var xs: [Double] = []
+    for _ in 0..<500 {
+        let t0 = now()
+        let s = prober.snapshot()
+        xs.append(Double(now() - t0) / 1000)
+        precondition(s.power.external == false)
+    }
+    row("status snapshot in process (testbed laptop, no D-Bus)", xs, unit: "µs")
+    let live = Prober(options: ProbeOptions(root: SysfsRoot(), useDBus: true))
+    xs = []
+    for _ in 0..<100 {
+        let t0 = now()
+        _ = live.snapshot()
+        xs.append(Double(now() - t0) / 1000)
+    }
+    row("status snapshot in process (testbed laptop, D-Bus asked, no bus)", xs, unit: "µs")
+
+    // 2. Whole processes, same testbed.
+    func timeProcess(_ path: String, _ a: [String], n: Int, env: [String: String]) -> [Double] {
+        (0..<n).map { _ in
+            let t0 = now()
+            _ = try? Child.run(path, a, environment: env)
+            return Double(now() - t0) / 1_000_000
+        }
+    }
+    for (label, env) in [("testbed laptop, under the preload", Child.environment()),
+                         ("this machine's /sys, no preload", Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]))] {
+        let ours = timeProcess(Child.bgtaskPath, ["status", "--json"], n: 50, env: env)
+        let sd = timeProcess("/usr/lib/systemd/systemd-ac-power", ["-v"], n: 50, env: env)
+        row("`bgtask status --json` process (\(label))", ours, unit: "ms")
+        row("`systemd-ac-power -v` process (\(label))", sd, unit: "ms")
+        print(String(format: "| ratio bgtask / systemd-ac-power, medians (%@) | | %.2f | |", label, percentile(ours, 0.5) / percentile(sd, 0.5)))
+    }
+}
+
+// 3. uevent → watch line.
+do {
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus", "--thermal-interval", "0"])
+    guard watch.line(within: 10) != nil else { fatalError("watch did not start: \(watch.stderr)") }
+    var xs: [Double] = []
+    var online = true
+    for _ in 0..<toggles {
+        online.toggle()
+        let t0 = now()
+        tb.set(laptop.ac, "online", online ? "1" : "0")
+        tb.set(laptop.battery, "status", online ? "Charging" : "Discharging")
+        tb.uevent(laptop.ac)
+        guard watch.line(within: 5, where: { $0.contains("\"power.external\"") }) != nil else { fatalError("no line") }
+        xs.append(Double(now() - t0) / 1_000_000)
+    }
+    watch.stop()
+    row("charger uevent → `bgtask watch --json` line", xs, unit: "ms")
+}
+
+// 4. Idle wake-ups: context switches of every thread of an idle watcher.
+func wakeups(pid: Int32) -> Int {
+    let dir = "/proc/\(pid)/task"
+    return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).reduce(0) { sum, tid in
+        let text = (try? String(contentsOfFile: "\(dir)/\(tid)/status", encoding: .utf8)) ?? ""
+        return sum + text.split(separator: "\n").filter { $0.hasPrefix("voluntary_ctxt_switches") || $0.hasPrefix("nonvoluntary_ctxt_switches") }
+            .compactMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }.reduce(0, +)
+    }
+}
+for (label, withZone) in [("no thermal zone", false), ("a thermal zone, 2 s poll", true)] {
+    let tb = Testbed()
+    tb.add("power_supply", "AC", attributes: ["type": "Mains", "online": "1"])
+    if withZone {
+        tb.add("thermal", "thermal_zone0", attributes: ["type": "x86_pkg_temp", "temp": "50000",
+                                                        "trip_point_0_temp": "85000", "trip_point_0_type": "passive"])
+    }
+    let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus"])
+    guard watch.line(within: 10) != nil else { fatalError("watch did not start") }
+    let pid = watch.process.processIdentifier
+    let before = wakeups(pid: pid)
+    // Measuring idleness is the one place a fixed wait is the point.
+    Thread.sleep(forTimeInterval: idleSeconds)
+    let after = wakeups(pid: pid)
+    watch.stop()
+    print(String(format: "| idle `bgtask watch` wake-ups per minute (%@) | %.0f s | %.1f | |", label, idleSeconds,
+                 Double(after - before) * 60 / idleSeconds))
+}

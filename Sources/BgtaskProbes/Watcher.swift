@@ -36,19 +36,42 @@ func monotonicNanos() -> UInt64 {
 /// (power_supply, thermal, net), rtnetlink (links, routes), UPower, NetworkManager and
 /// power-profiles-daemon signals on a GLib thread, and a thermal poll only where zones exist.
 /// Nothing wakes the process while nothing changes, apart from that thermal poll.
+///
+/// Updates are delivered on the watcher's own thread. Swift concurrency on Linux costs a wake-up a
+/// second (libdispatch's worker-pool monitor), so long waits (`bgtask watch`, `bgtask run`) use
+/// `start(_:deliver:)` from plain threads; `updates(_:)` is the same stream for async code.
 public enum ConditionWatcher {
+    /// Starts watching; `deliver` gets every update on the watcher thread until it returns false or
+    /// the handle is stopped. `finished` runs once when the watcher ends.
+    @discardableResult
+    public static func start(_ options: WatchOptions = .init(),
+                             deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
+                             finished: @escaping @Sendable () -> Void = {}) -> WatchHandle {
+        let engine = WatchEngine(options: options, deliver: deliver, finished: finished)
+        engine.start()
+        return WatchHandle(engine: engine)
+    }
+
     public static func updates(_ options: WatchOptions = .init()) -> AsyncStream<ConditionUpdate> {
         AsyncStream(bufferingPolicy: .unbounded) { continuation in
-            let engine = WatchEngine(options: options, continuation: continuation)
-            continuation.onTermination = { _ in engine.stop() }
-            engine.start()
+            let handle = start(options, deliver: { update in
+                if case .terminated = continuation.yield(update) { return false }
+                return true
+            }, finished: { continuation.finish() })
+            continuation.onTermination = { _ in handle.stop() }
         }
     }
 }
 
+public struct WatchHandle: Sendable {
+    let engine: WatchEngine
+    public func stop() { engine.stop() }
+}
+
 final class WatchEngine: @unchecked Sendable {
     let options: WatchOptions
-    let continuation: AsyncStream<ConditionUpdate>.Continuation
+    let deliver: @Sendable (ConditionUpdate) -> Bool
+    let finished: @Sendable () -> Void
     let wake = WakePipe()
     let stopped = Atomic<Bool>(false)
     /// Written by the GLib thread, read by the poll thread.
@@ -56,9 +79,11 @@ final class WatchEngine: @unchecked Sendable {
     /// The GLib main loop, as a bit pattern (pointers are not Sendable).
     let glibLoop = Mutex<Int>(0)
 
-    init(options: WatchOptions, continuation: AsyncStream<ConditionUpdate>.Continuation) {
+    init(options: WatchOptions, deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
+         finished: @escaping @Sendable () -> Void) {
         self.options = options
-        self.continuation = continuation
+        self.deliver = deliver
+        self.finished = finished
     }
 
     func start() {
@@ -115,8 +140,9 @@ final class WatchEngine: @unchecked Sendable {
             zoneStates = snap.zoneStates
             let changes = differ.changes(to: snap.conditions)
             if initial || !changes.isEmpty {
-                continuation.yield(ConditionUpdate(snapshot: snap, changes: changes, initial: initial,
+                let more = deliver(ConditionUpdate(snapshot: snap, changes: changes, initial: initial,
                                                    trigger: trigger, receivedAtNanos: at))
+                if !more { stop() }
             }
         }
         emit(trigger: "start", at: monotonicNanos(), initial: true)
@@ -185,7 +211,7 @@ final class WatchEngine: @unchecked Sendable {
                 emit(trigger: triggers.joined(separator: ", "), at: at, initial: false)
             }
         }
-        continuation.finish()
+        finished()
     }
 }
 

@@ -4,21 +4,18 @@ import ArgumentParser
 #endif
 
 @main
-struct Bgtask: AsyncParsableCommand {
+/// Synchronous on purpose: an async main puts libdispatch's once-a-second worker-pool monitor into
+/// every process, and an idle `bgtask watch` must not wake at all.
+struct Bgtask: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bgtask",
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
         version: "0.1.0",
         subcommands: [Status.self, Watch.self])
 
-    static func main() async {
+    static func main() {
         // Lines go to pipes (scripts, tests): flush each one.
         setvbuf(stdout, nil, _IOLBF, 0)
-        do {
-            var command = try parseAsRoot()
-            if var c = command as? AsyncParsableCommand { try await c.run() } else { try command.run() }
-        } catch {
-            exit(withError: error)
-        }
+        main(nil)
     }
 }

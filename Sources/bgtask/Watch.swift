@@ -3,7 +3,7 @@ import BgtaskProbes
 import Foundation
 
 extension Bgtask {
-    struct Watch: AsyncParsableCommand {
+    struct Watch: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Print condition changes as they happen, one line (or JSON object) each.",
             discussion: """
@@ -31,7 +31,7 @@ extension Bgtask {
             if let c = count, c < 1 { throw ValidationError("--count must be at least 1") }
         }
 
-        func run() async throws {
+        func run() throws {
             var recordHandle: FileHandle?
             if let path = record {
                 if !FileManager.default.fileExists(atPath: path) {
@@ -45,17 +45,33 @@ extension Bgtask {
             }
             let interval: Int32? = thermalInterval > 0 ? Int32(thermalInterval * 1000) : nil
             let options = WatchOptions(probe: probe.probeOptions, thermalIntervalMs: interval)
-            var printed = 0
-            for await update in ConditionWatcher.updates(options) {
-                let time = WatchLine.timestamp()
-                print(json ? WatchLine.json(update, time: time).rendered : WatchLine.human(update, time: time))
-                if let h = recordHandle {
-                    h.write(Data((WatchLine.record(update, time: time).rendered + "\n").utf8))
-                }
-                printed += 1
-                if let c = count, printed >= c { break }
-            }
+            let done = DispatchSemaphore(value: 0)
+            let printer = LinePrinter(json: json, record: recordHandle, limit: count)
+            ConditionWatcher.start(options, deliver: printer.print, finished: { done.signal() })
+            done.wait()
         }
+    }
+}
+
+/// Prints on the watcher thread; counts lines for --count.
+final class LinePrinter: @unchecked Sendable {
+    let json: Bool
+    let record: FileHandle?
+    let limit: Int?
+    var printed = 0
+
+    init(json: Bool, record: FileHandle?, limit: Int?) {
+        self.json = json
+        self.record = record
+        self.limit = limit
+    }
+
+    func print(_ update: ConditionUpdate) -> Bool {
+        let time = WatchLine.timestamp()
+        Swift.print(json ? WatchLine.json(update, time: time).rendered : WatchLine.human(update, time: time))
+        record?.write(Data((WatchLine.record(update, time: time).rendered + "\n").utf8))
+        printed += 1
+        return limit.map { printed < $0 } ?? true
     }
 }
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages bgtask builds against; with --test, also what its tests run:
+# umockdev (fake sysfs + uevents), the real upowerd, dbus-daemon, gdbus and python3-dbusmock.
+set -euo pipefail
+pkgs=(pkg-config libudev-dev libupower-glib-dev libglib2.0-dev)
+if [[ "${1:-}" == "--test" ]]; then
+  pkgs+=(umockdev libumockdev-dev gir1.2-umockdev-1.0 upower dbus libglib2.0-bin python3-dbusmock python3-gi)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  echo "installing: ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
