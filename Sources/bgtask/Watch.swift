@@ -1,6 +1,9 @@
 import ArgumentParser
 import BgtaskProbes
-import Foundation
+import Dispatch
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 extension Bgtask {
     struct Watch: ParsableCommand {
@@ -32,23 +35,20 @@ extension Bgtask {
         }
 
         func run() throws {
-            var recordHandle: FileHandle?
+            var recordFile: UnsafeMutablePointer<FILE>?
             if let path = record {
-                if !FileManager.default.fileExists(atPath: path) {
-                    guard FileManager.default.createFile(atPath: path, contents: nil) else {
-                        throw ValidationError("--record \(path): cannot create the file")
-                    }
+                guard let f = fopen(path, "a") else {
+                    throw ValidationError("--record \(path): \(String(cString: strerror(errno)))")
                 }
-                guard let h = FileHandle(forWritingAtPath: path) else { throw ValidationError("--record \(path): cannot open for writing") }
-                h.seekToEndOfFile()
-                recordHandle = h
+                recordFile = f
             }
             let interval: Int32? = thermalInterval > 0 ? Int32(thermalInterval * 1000) : nil
             let options = WatchOptions(probe: probe.probeOptions, thermalIntervalMs: interval)
             let done = DispatchSemaphore(value: 0)
-            let printer = LinePrinter(json: json, record: recordHandle, limit: count)
+            let printer = LinePrinter(json: json, record: recordFile, limit: count)
             ConditionWatcher.start(options, deliver: printer.print, finished: { done.signal() })
             done.wait()
+            if let f = recordFile { fclose(f) }
         }
     }
 }
@@ -56,11 +56,11 @@ extension Bgtask {
 /// Prints on the watcher thread; counts lines for --count.
 final class LinePrinter: @unchecked Sendable {
     let json: Bool
-    let record: FileHandle?
+    let record: UnsafeMutablePointer<FILE>?
     let limit: Int?
     var printed = 0
 
-    init(json: Bool, record: FileHandle?, limit: Int?) {
+    init(json: Bool, record: UnsafeMutablePointer<FILE>?, limit: Int?) {
         self.json = json
         self.record = record
         self.limit = limit
@@ -69,17 +69,25 @@ final class LinePrinter: @unchecked Sendable {
     func print(_ update: ConditionUpdate) -> Bool {
         let time = WatchLine.timestamp()
         Swift.print(json ? WatchLine.json(update, time: time).rendered : WatchLine.human(update, time: time))
-        record?.write(Data((WatchLine.record(update, time: time).rendered + "\n").utf8))
+        if let f = record {
+            fputs(WatchLine.record(update, time: time).rendered + "\n", f)
+            fflush(f)
+        }
         printed += 1
         return limit.map { printed < $0 } ?? true
     }
 }
 
 enum WatchLine {
+    /// RFC 3339 UTC with milliseconds, e.g. 2026-11-22T02:15:52.598Z.
     static func timestamp() -> String {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.string(from: Date())
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        var t = ts.tv_sec
+        var tm = tm()
+        gmtime_r(&t, &tm)
+        func pad(_ v: Int32, _ w: Int) -> String { let s = String(v); return String(repeating: "0", count: max(0, w - s.count)) + s }
+        return "\(pad(tm.tm_year + 1900, 4))-\(pad(tm.tm_mon + 1, 2))-\(pad(tm.tm_mday, 2))T\(pad(tm.tm_hour, 2)):\(pad(tm.tm_min, 2)):\(pad(tm.tm_sec, 2)).\(pad(Int32(ts.tv_nsec / 1_000_000), 3))Z"
     }
 
     static func changes(_ u: ConditionUpdate) -> JSONValue {
