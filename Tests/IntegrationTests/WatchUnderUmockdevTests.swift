@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// One testbed at a time: umockdev keeps the testbed in this process's environment.
-@Suite("Under umockdev: libudev enumeration, uevents, the real upowerd", .serialized, .enabled(if: umockdevReady))
+@Suite("System integration: umockdev testbeds, a private D-Bus, the real upowerd, mocked NM and PPD", .serialized, .enabled(if: umockdevReady))
 struct UmockdevIntegrationTests {
     @Test("libudev enumeration of a testbed gives the same readings as the recorded tree")
     func libudevEnumerationReadsTestbed() throws {
