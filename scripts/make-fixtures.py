@@ -169,6 +169,10 @@ for name, devpath in [('AC', AC_PATH), ('BAT0', '/devices/LNXSYSTM:00/LNXSYBUS:0
     props = dict(l.split('=', 1) for l in files[name + '/uevent'].split('\n') if '=' in l)
     devs.append(device(devpath, 'power_supply', attrs, props))
 write(P + 'node-exporter-ac-offline-bat0-discharging.umockdev', *devs)
+# The same tree's thermal zone too: a whole (assembled) laptop for `umockdev-run ... bgtask status`.
+tz = ttar_files(os.path.join(SRC, 'prometheus/node_exporter-sys-power-thermal-hwmon-net.ttar'), 'sys/devices/virtual/thermal/thermal_zone0/')
+devs.append(device('/devices/virtual/thermal/thermal_zone0', 'thermal', {k: v for k, v in tz.items()}))
+write('laptop-node-exporter.umockdev', *devs)
 
 # UPower's own recording of a USB headset battery (scope Device) is kept as UPower wrote it.
 print('copy upower/usb-headset.device by hand: it is already a umockdev file')

@@ -159,3 +159,18 @@ struct PowerFixtureTests {
         #expect(s.thermal.state == nil)
     }
 }
+
+@Suite("The README's demo laptop")
+struct DemoLaptopTests {
+    @Test("laptop-node-exporter reads as on battery at 81 %, thermal nominal")
+    func demoLaptopReadings() throws {
+        let tree = try FixtureTree.load("laptop-node-exporter.umockdev")
+        defer { tree.remove() }
+        let s = tree.snapshot()
+        #expect(s.power.external == false)
+        #expect(s.battery.percent == 81.2)
+        #expect(s.thermal.state == .nominal)
+        #expect(s.thermal.celsius == 12.4)
+        #expect(s.summary.hasPrefix("On battery (BAT0 discharging, 81.2%"))
+    }
+}
