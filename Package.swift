@@ -9,6 +9,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
     ],
     targets: [
         // System libraries: thin module maps over the C APIs we read the machine through.
@@ -27,8 +28,14 @@ let package = Package(
         // Reads the machine: sysfs, libudev, UPower, NetworkManager, power-profiles-daemon, rtnetlink.
         .target(name: "BgtaskProbes", dependencies: ["CUdev", "CUPower", "CLinux"]),
 
+        // The policy language: parse, type-check, evaluate, explain. No I/O: text in, decisions out.
+        .target(name: "BgtaskPolicy", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
+
+        // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
+        .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy"]),
+
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskProbes",
+            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
@@ -38,6 +45,7 @@ let package = Package(
 
         .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes"],
                     resources: [.copy("Fixtures")]),
+        .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore"], resources: [.copy("BadPolicies")]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
     ]
 )

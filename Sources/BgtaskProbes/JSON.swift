@@ -84,3 +84,127 @@ extension JSONValue {
     public init(_ v: Int?) { self = v.map { .number(Double($0)) } ?? .null }
     public init(_ v: String?) { self = v.map(JSONValue.string) ?? .null }
 }
+
+public struct JSONParseError: Error, Sendable, CustomStringConvertible {
+    public var offset: Int
+    public var message: String
+    public var description: String { "\(message) at byte \(offset)" }
+}
+
+extension JSONValue {
+    /// Parses one JSON document (RFC 8259). Depth is bounded so hostile input cannot exhaust the stack.
+    public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
+        var p = JSONReader(bytes: Array(text.utf8))
+        p.skipSpace()
+        let v = try p.value(depth: 0)
+        p.skipSpace()
+        guard p.i == p.bytes.count else { throw JSONParseError(offset: p.i, message: "unexpected text after the value") }
+        return v
+    }
+
+    /// The flat condition names: from a record line's `conditions`, or by path through `status --json`.
+    public func conditionPairs(names: [String]) -> [(String, JSONValue)] {
+        if case .object(let flat)? = self["conditions"] { return flat }
+        return names.compactMap { n in at(path: n).map { (n, $0) } }
+    }
+}
+
+struct JSONReader {
+    let bytes: [UInt8]
+    var i = 0
+
+    mutating func skipSpace() { while i < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[i]) { i += 1 } }
+
+    func fail(_ m: String) -> JSONParseError { JSONParseError(offset: i, message: m) }
+
+    mutating func value(depth: Int) throws(JSONParseError) -> JSONValue {
+        guard depth < 128 else { throw fail("nested too deeply") }
+        guard i < bytes.count else { throw fail("unexpected end") }
+        switch bytes[i] {
+        case UInt8(ascii: "{"):
+            i += 1
+            var kv: [(String, JSONValue)] = []
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(kv) }
+            while true {
+                skipSpace()
+                guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a key") }
+                let k = try string()
+                skipSpace()
+                guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                i += 1
+                skipSpace()
+                kv.append((k, try value(depth: depth + 1)))
+                skipSpace()
+                guard i < bytes.count else { throw fail("unexpected end") }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(kv) }
+                throw fail("expected ',' or '}'")
+            }
+        case UInt8(ascii: "["):
+            i += 1
+            var a: [JSONValue] = []
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(a) }
+            while true {
+                skipSpace()
+                a.append(try value(depth: depth + 1))
+                skipSpace()
+                guard i < bytes.count else { throw fail("unexpected end") }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(a) }
+                throw fail("expected ',' or ']'")
+            }
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+        case UInt8(ascii: "n"): try literal("null"); return .null
+        default:
+            let start = i
+            while i < bytes.count, "+-0123456789.eE".utf8.contains(bytes[i]) { i += 1 }
+            guard i > start, let n = Double(String(decoding: bytes[start..<i], as: UTF8.self)), n.isFinite else {
+                i = start
+                throw fail("unexpected character")
+            }
+            return .number(n)
+        }
+    }
+
+    mutating func literal(_ word: String) throws(JSONParseError) {
+        let w = Array(word.utf8)
+        guard i + w.count <= bytes.count, Array(bytes[i..<i + w.count]) == w else { throw fail("expected \(word)") }
+        i += w.count
+    }
+
+    mutating func string() throws(JSONParseError) -> String {
+        i += 1
+        var out: [UInt8] = []
+        while i < bytes.count {
+            let c = bytes[i]
+            if c == UInt8(ascii: "\"") { i += 1; return String(decoding: out, as: UTF8.self) }
+            if c == UInt8(ascii: "\\") {
+                i += 1
+                guard i < bytes.count else { break }
+                switch bytes[i] {
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "u"):
+                    guard i + 4 < bytes.count, let code = UInt32(String(decoding: bytes[i + 1...i + 4], as: UTF8.self), radix: 16) else {
+                        throw fail("bad \\u escape")
+                    }
+                    i += 4
+                    out += Array(String(Unicode.Scalar(code).map(Character.init) ?? "\u{FFFD}").utf8)
+                default: out.append(bytes[i])
+                }
+                i += 1
+                continue
+            }
+            out.append(c)
+            i += 1
+        }
+        throw fail("unterminated string")
+    }
+}

@@ -1,0 +1,143 @@
+/// Per task and rule: whether the rule is in effect, and since when its condition has said otherwise.
+public struct RuleHold: Sendable, Equatable, Codable {
+    public var active: Bool
+    public var changingSince: Double?
+}
+
+public typealias HoldState = [String: RuleHold]
+
+/// A rule in effect, with the reason filled in and the readings it looked at.
+public struct Match: Sendable, Equatable {
+    public var ruleID: String
+    public var verdict: Verdict
+    public var reason: String
+    public var location: SourceLocation
+    public var readings: [Reading]
+    public var cpuPercent: Int?
+    public var grace: Double?
+}
+
+public struct Reading: Sendable, Equatable {
+    public var name: String
+    public var value: PolicyValue
+}
+
+public struct PendingChange: Sendable, Equatable {
+    public var ruleID: String
+    public var becomesActive: Bool
+    public var at: Double
+}
+
+public struct Decision: Sendable, Equatable {
+    public var verdict: Verdict
+    /// For throttle: the lowest cap among the throttling rules.
+    public var cpuPercent: Int?
+    /// For expire: the shortest grace among the expiring rules.
+    public var grace: Double?
+    /// Every rule in effect, strictest first.
+    public var matches: [Match]
+    /// Rules whose condition changed but whose hold has not yet elapsed.
+    public var pending: [PendingChange]
+    /// When to evaluate again even if nothing else changes (the earliest pending hold).
+    public var nextChangeAt: Double? { pending.map(\.at).min() }
+
+    /// The reason of the deciding rule, or that none applies.
+    public var reason: String { matches.first?.reason ?? "no rule applies" }
+}
+
+extension Policy {
+    /// Evaluates many tasks against one set of conditions, reusing one frame.
+    public final class Evaluator {
+        public let policy: Policy
+        let frame: Frame
+
+        public init(policy: Policy, conditions: [String: PolicyValue], time: TimeFields) {
+            self.policy = policy
+            frame = Frame(shared: policy.sharedValues(conditions: conditions, time: time), task: [])
+        }
+
+        /// The verdict for a task now. `hold` carries the dwell state from one evaluation to the next;
+        /// on a task's first evaluation rules take effect at once, after that a change must hold.
+        public func decide(_ task: TaskFields, now: Double, hold: inout HoldState) -> Decision {
+            frame.task = policy.taskValues(task)
+            var active: [Rule] = []
+            var pending: [PendingChange] = []
+            for rule in policy.rules {
+                let raw = Policy.matches(rule, frame)
+                var h = hold[rule.id] ?? RuleHold(active: raw, changingSince: nil)
+                if raw == h.active {
+                    h.changingSince = nil
+                } else {
+                    let since = h.changingSince ?? now
+                    let need = raw ? rule.holdOn : rule.holdOff
+                    if now - since >= need {
+                        h = RuleHold(active: raw, changingSince: nil)
+                    } else {
+                        h.changingSince = since
+                        pending.append(PendingChange(ruleID: rule.id, becomesActive: raw, at: since + need))
+                    }
+                }
+                if hold[rule.id] != h { hold[rule.id] = h }
+                if h.active { active.append(rule) }
+            }
+            return policy.decision(active: active, pending: pending, frame: frame)
+        }
+
+        /// Without history or holds: what the rules say this instant.
+        public func decideNow(_ task: TaskFields) -> Decision {
+            frame.task = policy.taskValues(task)
+            return policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame)
+        }
+
+        /// Verdict only, for re-evaluating many queued tasks cheaply (no reasons built).
+        public func verdict(_ task: TaskFields) -> Verdict {
+            frame.task = policy.taskValues(task)
+            var v = Verdict.run
+            for rule in policy.rules where rule.verdict > v && Policy.matches(rule, frame) { v = rule.verdict }
+            return v
+        }
+
+        var currentFrame: Frame { frame }
+    }
+
+    static func matches(_ rule: Rule, _ frame: Frame) -> Bool {
+        switch rule.compiled(frame) {
+        case .bool(let b): return b
+        default: return rule.whenUnknown == .match
+        }
+    }
+
+    func decision(active: [Rule], pending: [PendingChange], frame: Frame) -> Decision {
+        let sorted = active.enumerated().sorted { a, b in
+            a.element.verdict != b.element.verdict ? a.element.verdict > b.element.verdict : a.offset < b.offset
+        }.map(\.element)
+        let matches = sorted.map { rule in
+            Match(ruleID: rule.id, verdict: rule.verdict, reason: fill(rule, frame), location: rule.location,
+                  readings: rule.names.map { Reading(name: $0, value: value(of: $0, frame)) },
+                  cpuPercent: rule.cpuPercent, grace: rule.grace)
+        }
+        let verdict = sorted.first?.verdict ?? .run
+        let cpu = verdict == .throttle ? sorted.filter { $0.verdict == .throttle }.compactMap(\.cpuPercent).min() : nil
+        let grace = verdict == .expire
+            ? (sorted.filter { $0.verdict == .expire }.compactMap(\.grace).min() ?? settings.number("run.expire_grace")) : nil
+        return Decision(verdict: verdict, cpuPercent: cpu, grace: grace, matches: matches, pending: pending)
+    }
+
+    func value(of name: String, _ frame: Frame) -> PolicyValue {
+        if let i = slots.task[name] { return frame.task[i] }
+        if let i = slots.shared[name] { return frame.shared[i] }
+        return .null
+    }
+
+    func fill(_ rule: Rule, _ frame: Frame) -> String {
+        guard !rule.template.isEmpty else { return rule.reason ?? "rule \(rule.id)" }
+        return rule.template.map { part in
+            switch part {
+            case .text(let t): return t
+            case .name(_, let slot):
+                let v = slot.task ? frame.task[slot.index] : frame.shared[slot.index]
+                return v == .null ? "unknown" : v.description
+            }
+        }.joined()
+    }
+}

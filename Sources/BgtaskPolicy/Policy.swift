@@ -1,0 +1,109 @@
+/// The policy in force: the layers merged, each rule compiled once.
+public struct Policy: Sendable {
+    public let rules: [Rule]
+    public let settings: PolicySettings
+    /// Files in the order they were layered.
+    public let files: [String]
+    /// What later layers did to earlier rules, for `policy show`.
+    public let history: [String: [String]]
+    let slots: Slots
+    let schema: Schema
+
+    /// Layers later files over earlier ones: a rule with the same id replaces the earlier one where it
+    /// stood; `enabled = false` removes it; settings override key by key.
+    public static func merge(_ layers: [PolicyFile], schema: Schema = .standard) -> Policy {
+        var rules: [Rule] = []
+        var settings = PolicySettings()
+        var history: [String: [String]] = [:]
+        for f in layers {
+            for (k, (v, _)) in f.settings { settings.values[k] = v }
+            for r in f.rules {
+                if let i = rules.firstIndex(where: { $0.id == r.id }) {
+                    history[r.id, default: []].append("replaces \(rules[i].location)")
+                    rules[i] = r
+                } else {
+                    rules.append(r)
+                }
+            }
+            for (id, loc) in f.disabled {
+                if let i = rules.firstIndex(where: { $0.id == id }) {
+                    history[id, default: []].append("disabled at \(loc)")
+                    rules.remove(at: i)
+                }
+            }
+        }
+        return Policy(rules: rules, settings: settings, files: layers.map(\.path), history: history,
+                      slots: Slots(schema: schema), schema: schema)
+    }
+
+    public static let empty = Policy.merge([])
+}
+
+/// A task's own fields, as rules read them (`task.*`).
+public struct TaskFields: Sendable, Equatable {
+    public var id: String
+    public var kind: String
+    public var requiresExternalPower = false
+    public var requiresNetwork = false
+    public var requiresUnmetered = false
+    public var cpuHeavy = false
+    public var userInitiated = false
+    /// Seconds waited before starting, and run since.
+    public var waited: Double = 0
+    public var running: Double = 0
+
+    public init(id: String, kind: String = "processing") {
+        self.id = id
+        self.kind = kind
+    }
+}
+
+/// The local time, broken down by the caller (the policy module does no I/O, clocks included).
+public struct TimeFields: Sendable, Equatable {
+    public var hour: Int
+    public var secondsSinceMidnight: Double
+    public var weekday: String
+
+    public init(hour: Int, secondsSinceMidnight: Double, weekday: String) {
+        self.hour = hour
+        self.secondsSinceMidnight = secondsSinceMidnight
+        self.weekday = weekday
+    }
+
+    public static let midnightMonday = TimeFields(hour: 0, secondsSinceMidnight: 0, weekday: "mon")
+}
+
+extension Policy {
+    /// The shared slots of a frame: conditions (missing ones are unknown), time, settings.
+    public func sharedValues(conditions: [String: PolicyValue], time: TimeFields) -> [PolicyValue] {
+        slots.sharedNames.map { name in
+            switch name {
+            case "time.hour": return .number(Double(time.hour))
+            case "time.of_day": return .duration(time.secondsSinceMidnight)
+            case "time.weekday": return .string(time.weekday)
+            default:
+                if let s = settings.values[name] { return s }
+                return conditions[name] ?? .null
+            }
+        }
+    }
+
+    public func taskValues(_ t: TaskFields) -> [PolicyValue] {
+        slots.taskNames.map { name in
+            switch name {
+            case "task.id": return .string(t.id)
+            case "task.kind": return .string(t.kind)
+            case "task.requires_external_power": return .bool(t.requiresExternalPower)
+            case "task.requires_network": return .bool(t.requiresNetwork)
+            case "task.requires_unmetered": return .bool(t.requiresUnmetered)
+            case "task.cpu_heavy": return .bool(t.cpuHeavy)
+            case "task.user_initiated": return .bool(t.userInitiated)
+            case "task.waited": return .duration(t.waited)
+            case "task.waited_s": return .number(t.waited)
+            case "task.running": return .duration(t.running)
+            case "task.running_s": return .number(t.running)
+            default: return .null
+            }
+        }
+    }
+}

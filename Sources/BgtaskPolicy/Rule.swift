@@ -1,0 +1,83 @@
+/// What a rule decides, from least to most strict. When several rules match, the strictest wins.
+public enum Verdict: String, Sendable, CaseIterable, Comparable, Codable {
+    case run, throttle
+    case `defer` = "defer"
+    case pause, expire
+
+    var rank: Int { Self.allCases.firstIndex(of: self)! }
+    public static func < (a: Self, b: Self) -> Bool { a.rank < b.rank }
+}
+
+public struct SourceLocation: Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var line: Int
+    public var column: Int
+    public var description: String { "\(file):\(line)" }
+    public var full: String { "\(file):\(line):\(column)" }
+
+    public init(file: String, line: Int, column: Int) {
+        self.file = file
+        self.line = line
+        self.column = column
+    }
+}
+
+/// A load error: where, what, and the offending line with a caret under it.
+public struct PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var location: SourceLocation
+    public var message: String
+    public var sourceLine: String?
+    public var length: Int = 1
+
+    public init(location: SourceLocation, message: String, sourceLine: String? = nil, length: Int = 1) {
+        self.location = location
+        self.message = message
+        self.sourceLine = sourceLine
+        self.length = length
+    }
+
+    public var description: String {
+        var s = "\(location.full): \(message)"
+        if let line = sourceLine {
+            let pad = String(repeating: " ", count: max(0, location.column - 1))
+            s += "\n    \(line)\n    \(pad)^" + String(repeating: "~", count: max(0, min(length, 80) - 1))
+        }
+        return s
+    }
+}
+
+/// What to do when a rule's condition cannot be decided because a reading is unknown.
+public enum WhenUnknown: String, Sendable, Codable { case ignore, match }
+
+public struct Rule: Sendable {
+    public var id: String
+    public var when: String
+    public var verdict: Verdict
+    public var reason: String?
+    public var cpuPercent: Int?
+    public var grace: Double?
+    public var holdOn: Double
+    public var holdOff: Double
+    public var whenUnknown: WhenUnknown
+    public var enabled: Bool
+    public var location: SourceLocation
+    public var whenLocation: SourceLocation
+
+    var expr: Expr
+    var compiled: Eval
+    var conjuncts: [(text: String, eval: Eval, names: [String])]
+    var names: [String]
+    var template: [TemplatePart]
+}
+
+enum TemplatePart: Sendable {
+    case text(String)
+    case name(String, slot: (task: Bool, index: Int))
+}
+
+/// Every error a file had, in file order.
+public struct PolicyErrors: Error, Sendable, CustomStringConvertible {
+    public var errors: [PolicyError]
+    public init(_ errors: [PolicyError]) { self.errors = errors }
+    public var description: String { errors.map(\.description).joined(separator: "\n") }
+}

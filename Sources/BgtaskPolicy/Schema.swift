@@ -1,0 +1,97 @@
+/// Every name a `when` may read: the condition names of `bgtask status --json`, the task's own fields,
+/// the time of day, and the thresholds of the policy's own sections.
+public struct Schema: Sendable {
+    public struct Entry: Sendable {
+        public var name: String
+        public var type: PolicyType
+        /// Conditions may be unknown (null); task fields and settings never are.
+        public var nullable: Bool
+        public var doc: String
+        public var scope: Scope
+    }
+    public enum Scope: Sendable { case condition, task, time, setting }
+
+    public let entries: [String: Entry]
+    public let order: [String]
+
+    static let thermalStates = PolicyType.enumeration(name: "thermal state", cases: ["nominal", "fair", "serious", "critical"], ordered: true)
+    static let batteryStates = PolicyType.enumeration(name: "battery state",
+                                                      cases: ["charging", "discharging", "full", "not-charging", "empty", "unknown"], ordered: false)
+    static let warnings = PolicyType.enumeration(name: "battery warning", cases: ["none", "low", "critical", "action"], ordered: true)
+    static let networkKinds = PolicyType.enumeration(name: "network kind",
+                                                     cases: ["ethernet", "wifi", "cellular", "loopback", "virtual", "other"], ordered: false)
+    static let taskKinds = PolicyType.enumeration(name: "task kind", cases: ["processing", "refresh", "continued"], ordered: false)
+    static let weekdays = PolicyType.enumeration(name: "weekday", cases: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ordered: false)
+
+    public static let standard: Schema = {
+        var list: [Entry] = []
+        func c(_ n: String, _ t: PolicyType, _ d: String) { list.append(Entry(name: n, type: t, nullable: true, doc: d, scope: .condition)) }
+        func t(_ n: String, _ ty: PolicyType, _ d: String) { list.append(Entry(name: n, type: ty, nullable: false, doc: d, scope: .task)) }
+        func s(_ n: String, _ ty: PolicyType, _ d: String) { list.append(Entry(name: n, type: ty, nullable: false, doc: d, scope: .setting)) }
+        c("power.external", .bool, "running work now would not drain the battery")
+        c("power.reason", .string, "which files decided power.external")
+        c("battery.present", .bool, "a system battery is present")
+        c("battery.percent", .number, "combined charge of the system batteries, 0-100")
+        c("battery.state", batteryStates, "combined state of the system batteries")
+        c("battery.warning", warnings, "UPower-style warning level, only while discharging")
+        c("battery.time_to_empty_s", .number, "seconds until empty at the present rate")
+        c("thermal.state", thermalStates, "hottest zone against its own trip points")
+        c("thermal.celsius", .number, "temperature of the hottest zone")
+        c("thermal.zone", .string, "type of the hottest zone")
+        c("network.online", .bool, "an up link holds a default route")
+        c("network.kind", networkKinds, "kind of the default-route link")
+        c("network.interface", .string, "name of the default-route link")
+        c("network.metered", .bool, "NetworkManager's Metered, or a cellular link")
+        c("system.power_saver", .bool, "power-profiles-daemon's profile is power-saver")
+        c("system.power_profile", .string, "power-profiles-daemon's active profile")
+        c("system.cpu_pressure", .number, "PSI cpu some avg10, percent")
+        c("upower.available", .bool, "upowerd answers on the system bus")
+        c("upower.on_battery", .bool, "UPower's OnBattery")
+        c("upower.percentage", .number, "UPower's display device percentage")
+        c("upower.state", .string, "UPower's display device state")
+        c("upower.warning_level", .string, "UPower's display device warning level")
+        t("task.id", .string, "the task's identifier")
+        t("task.kind", taskKinds, "processing, refresh or continued")
+        t("task.requires_external_power", .bool, "the task asked for external power")
+        t("task.requires_network", .bool, "the task asked for network connectivity")
+        t("task.requires_unmetered", .bool, "the task asked for an unmetered network")
+        t("task.cpu_heavy", .bool, "declared CPU-heavy, or measured so by the CPU monitor")
+        t("task.user_initiated", .bool, "a person is waiting for it")
+        t("task.waited", .duration, "how long it has waited to start")
+        t("task.waited_s", .number, "task.waited in seconds")
+        t("task.running", .duration, "how long it has run")
+        t("task.running_s", .number, "task.running in seconds")
+        list.append(Entry(name: "time.hour", type: .number, nullable: false, doc: "local hour, 0-23", scope: .time))
+        list.append(Entry(name: "time.of_day", type: .duration, nullable: false, doc: "local time since midnight", scope: .time))
+        list.append(Entry(name: "time.weekday", type: weekdays, nullable: false, doc: "local day of the week", scope: .time))
+        for (name, doc) in PolicySettings.documented {
+            s(name, name.hasSuffix("_percent") || name.hasSuffix("_celsius") ? .number : .duration, doc)
+        }
+        return Schema(entries: Dictionary(uniqueKeysWithValues: list.map { ($0.name, $0) }), order: list.map(\.name))
+    }()
+
+    /// The closest known names, for "did you mean".
+    public func suggestions(for name: String) -> [String] {
+        let scored = order.map { ($0, editDistance(name, $0)) }.filter { $0.1 <= max(2, name.count / 3) }
+        if !scored.isEmpty { return scored.sorted { $0.1 < $1.1 }.prefix(2).map(\.0) }
+        // Same last component in another namespace: `battery.external` → `power.external`.
+        let last = name.split(separator: ".").last.map(String.init) ?? name
+        return order.filter { $0.hasSuffix("." + last) }.prefix(2).map { $0 }
+    }
+}
+
+func editDistance(_ a: String, _ b: String) -> Int {
+    let a = Array(a), b = Array(b)
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var prev = Array(0...b.count)
+    var cur = [Int](repeating: 0, count: b.count + 1)
+    for i in 1...a.count {
+        cur[0] = i
+        for j in 1...b.count {
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        }
+        swap(&prev, &cur)
+    }
+    return prev[b.count]
+}

@@ -1,0 +1,28 @@
+/// The thresholds of a policy's own sections; rules read them as `battery.low_percent` and so on,
+/// so a person tunes a number once.
+public struct PolicySettings: Sendable, Equatable {
+    public var values: [String: PolicyValue] = PolicySettings.defaults
+
+    public static let documented: [(String, String)] = [
+        ("battery.low_percent", "battery low at or under this percentage (UPower: 20)"),
+        ("battery.critical_percent", "battery critical at or under this percentage (UPower: 5)"),
+        ("thermal.fair_celsius", "fair at this temperature, for zones without usable trip points"),
+        ("thermal.serious_celsius", "serious at this temperature, for zones without usable trip points"),
+        ("thermal.critical_celsius", "critical at this temperature, for zones without usable trip points"),
+        ("run.expire_grace", "time between SIGTERM and SIGKILL when a task expires"),
+        ("run.refresh_budget", "how long a refresh task may run before it expires"),
+        ("run.cpu_monitor_percent", "CPU share above which undeclared work counts as CPU-heavy on battery"),
+    ]
+
+    public static let defaults: [String: PolicyValue] = [
+        "battery.low_percent": .number(20), "battery.critical_percent": .number(5),
+        "thermal.fair_celsius": .number(70), "thermal.serious_celsius": .number(85), "thermal.critical_celsius": .number(95),
+        "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
+    ]
+
+    public func number(_ name: String) -> Double {
+        if case .number(let n)? = values[name] { return n }
+        if case .duration(let d)? = values[name] { return d }
+        return 0
+    }
+}

@@ -1,0 +1,74 @@
+/// A value a rule reads or computes. `null` is an unknown reading (no battery, no NetworkManager).
+public enum PolicyValue: Sendable, Equatable, CustomStringConvertible {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    /// Seconds.
+    case duration(Double)
+    case list([PolicyValue])
+
+    public var description: String {
+        switch self {
+        case .null: return "null"
+        case .bool(let b): return b ? "true" : "false"
+        case .number(let n): return formatNumber(n)
+        case .string(let s): return s
+        case .duration(let d): return formatDuration(d)
+        case .list(let l): return "[" + l.map(\.literal).joined(separator: ", ") + "]"
+        }
+    }
+
+    /// As it would be written in an expression.
+    public var literal: String {
+        if case .string(let s) = self { return "\"\(s)\"" }
+        return description
+    }
+}
+
+func formatNumber(_ n: Double) -> String {
+    if n == n.rounded() && abs(n) < 1e15 { return String(Int64(n)) }
+    let r = (n * 100).rounded() / 100
+    return String(r)
+}
+
+public func formatDuration(_ seconds: Double) -> String {
+    if seconds < 1 && seconds > 0 { return "\(Int((seconds * 1000).rounded()))ms" }
+    var s = Int(seconds.rounded())
+    if s == 0 { return "0s" }
+    var out = ""
+    if s < 0 { out = "-"; s = -s }
+    for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] where s >= size {
+        out += "\(s / size)\(unit)"
+        s %= size
+    }
+    return out
+}
+
+/// The type of a name or expression, checked when a file loads.
+public indirect enum PolicyType: Sendable, Equatable, CustomStringConvertible {
+    case bool, number, string, duration
+    /// A closed set of strings; `ordered` allows `<`, `>=` in the listed order.
+    case enumeration(name: String, cases: [String], ordered: Bool)
+    case list(PolicyType)
+    /// The literal `null`.
+    case null
+
+    public var description: String {
+        switch self {
+        case .bool: return "bool"
+        case .number: return "number"
+        case .string: return "string"
+        case .duration: return "duration"
+        case .enumeration(let n, let cases, let ordered):
+            return "\(n) (\(ordered ? "ordered: " : "one of ")\(cases.joined(separator: ordered ? " < " : ", ")))"
+        case .list(let t): return "list of \(t)"
+        case .null: return "null"
+        }
+    }
+
+    var shortName: String {
+        if case .enumeration(let n, _, _) = self { return n }
+        return description
+    }
+}

@@ -1,0 +1,34 @@
+import ArgumentParser
+
+extension Bgtask {
+    struct PolicyCommand: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "policy",
+            abstract: "Check, show, explain and simulate the rules in Policies/*.toml (docs/policy.md).",
+            discussion: """
+            Layers, lowest first: the shipped Policies/, /etc/bgtask/policy.d/*.toml, \
+            $XDG_CONFIG_HOME/bgtask/policy.d/*.toml. A later rule with the same id replaces an earlier one; \
+            `enabled = false` switches it off.
+            """,
+            subcommands: [Check.self, Show.self, Explain.self, Simulate.self])
+    }
+}
+
+/// `--policy FILE`: extra layers on top of the ones in force, for trying a change.
+struct PolicyFilesOption: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("Add this file as the top layer (repeatable).", valueName: "file"))
+    var policy: [String] = []
+
+    /// The merged policy; exits 1 when a layer does not load, since a decision from a partial policy would mislead.
+    func load() throws -> BgtaskPolicyBox {
+        let (policy, errors) = PolicyLayers.load(PolicyLayers.files(extra: self.policy))
+        if !errors.isEmpty {
+            PolicyLayers.printErrors(errors)
+            throw ExitCode(1)
+        }
+        return BgtaskPolicyBox(policy: policy)
+    }
+}
+
+import BgtaskPolicy
+struct BgtaskPolicyBox { let policy: Policy }
