@@ -39,13 +39,14 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
-        .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev"], path: "Tests/Support"),
+        .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes"], path: "Tests/Support"),
         .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
                           path: "Benchmarks/bgtask-bench"),
 
-        .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes"],
-                    resources: [.copy("Fixtures")]),
-        .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore"], resources: [.copy("BadPolicies")]),
+        .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
+                    exclude: ["Fixtures"]),
+        .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskTestSupport"],
+                    exclude: ["BadPolicies"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
     ]
 )

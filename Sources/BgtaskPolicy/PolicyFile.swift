@@ -19,7 +19,14 @@ public struct PolicyFile: Sendable {
         do {
             table = try TOMLTable(string: text)
         } catch let e as TOMLParseError {
-            return .failure(PolicyErrors([src.error("TOML: \(e.description)", line: max(1, e.source.begin.line), column: max(1, e.source.begin.column))]))
+            let line = max(1, e.source.begin.line), column = max(1, e.source.begin.column)
+            var message = "TOML: \(e.description)"
+            // toml++ finds an unclosed string at the end of its line and talks about control characters.
+            if e.description.contains("string"), src.lines.indices.contains(line - 1),
+               column > src.lines[line - 1].reversed().drop(while: { $0 == " " }).count {
+                message += " (is a closing quote missing?)"
+            }
+            return .failure(PolicyErrors([src.error(message, line: line, column: column)]))
         } catch {
             return .failure(PolicyErrors([src.error("TOML: \(error)", line: 1)]))
         }

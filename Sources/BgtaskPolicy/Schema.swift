@@ -74,6 +74,15 @@ public struct Schema: Sendable {
     public func suggestions(for name: String) -> [String] {
         let scored = order.map { ($0, editDistance(name, $0)) }.filter { $0.1 <= max(2, name.count / 3) }
         if !scored.isEmpty { return scored.sorted { $0.1 < $1.1 }.prefix(2).map(\.0) }
+        // Abbreviations in the right namespace: `battery.pct` → `battery.percent`.
+        let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+        if parts.count == 2 {
+            let abbrev = order.filter { candidate in
+                let c = candidate.split(separator: ".", maxSplits: 1).map(String.init)
+                return c.count == 2 && c[0] == parts[0] && isSubsequence(parts[1], of: c[1])
+            }
+            if !abbrev.isEmpty { return abbrev.sorted { editDistance(name, $0) < editDistance(name, $1) }.prefix(2).map { $0 } }
+        }
         // Same last component in another namespace: `battery.external` → `power.external`.
         let last = name.split(separator: ".").last.map(String.init) ?? name
         return order.filter { $0.hasSuffix("." + last) }.prefix(2).map { $0 }
@@ -94,4 +103,12 @@ func editDistance(_ a: String, _ b: String) -> Int {
         swap(&prev, &cur)
     }
     return prev[b.count]
+}
+
+func isSubsequence(_ a: String, of b: String) -> Bool {
+    var it = b.makeIterator()
+    return a.allSatisfy { ch in
+        while let x = it.next() { if x == ch { return true } }
+        return false
+    }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import BgtaskProbes
+import BgtaskTestSupport
 
 @Suite("Odd sysfs values never crash a probe")
 struct BadInputTests {

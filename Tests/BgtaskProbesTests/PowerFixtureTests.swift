@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import BgtaskProbes
+import BgtaskTestSupport
 
 /// What a real recording must read as. Percent is to 0.1; nil means "must be null".
 struct PowerCase: CustomTestStringConvertible, Sendable {

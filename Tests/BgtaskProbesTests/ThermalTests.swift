@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import BgtaskProbes
+import BgtaskTestSupport
 
 struct ThermalCase: CustomTestStringConvertible, Sendable {
     var file: String

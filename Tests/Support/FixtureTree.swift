@@ -1,22 +1,24 @@
+import BgtaskProbes
 import Foundation
-@testable import BgtaskProbes
 
 /// Builds a sysfs tree in a temporary directory from a umockdev recording: `devices/...` with one
 /// file per attribute and a `uevent` of the properties, and `class/<subsystem>/<name>` links, as the
 /// kernel lays it out. The probes then read it through `--sysfs-root`, with the same code as `/sys`.
-struct FixtureTree {
-    let root: URL
+public struct FixtureTree {
+    public let root: URL
 
-    static var fixtures: URL {
-        Bundle.module.resourceURL!.appendingPathComponent("Fixtures")
+    /// The recordings in the source tree (Tests/BgtaskProbesTests/Fixtures).
+    public static var fixtures: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../BgtaskProbesTests/Fixtures").standardized
     }
 
-    static func load(_ relative: String, proc: String? = nil) throws -> FixtureTree {
+    public static func load(_ relative: String, proc: String? = nil) throws -> FixtureTree {
         let text = try String(contentsOf: fixtures.appendingPathComponent(relative), encoding: .utf8)
         return try FixtureTree(umockdev: text)
     }
 
-    init(umockdev text: String) throws {
+    public init(umockdev text: String) throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-fixture-\(UUID().uuidString)")
         let fm = FileManager.default
         try fm.createDirectory(at: root.appendingPathComponent("class"), withIntermediateDirectories: true)
@@ -74,20 +76,20 @@ struct FixtureTree {
     }
 
     /// A path inside the tree (`class/power_supply/BAT0/energy_now`).
-    func url(_ relative: String) -> URL { root.appendingPathComponent(relative) }
+    public func url(_ relative: String) -> URL { root.appendingPathComponent(relative) }
 
-    func set(_ relative: String, _ value: String) throws {
+    public func set(_ relative: String, _ value: String) throws {
         try value.write(to: url(relative).resolvingSymlinksInPath(), atomically: false, encoding: .utf8)
     }
 
-    func remove() { try? FileManager.default.removeItem(at: root) }
+    public func remove() { try? FileManager.default.removeItem(at: root) }
 
-    func options(proc: String? = nil) -> ProbeOptions {
+    public func options(proc: String? = nil) -> ProbeOptions {
         let procDir = proc.map { FixtureTree.fixtures.appendingPathComponent($0).path } ?? root.appendingPathComponent("proc").path
         return ProbeOptions(root: SysfsRoot(sysfs: root.path, proc: procDir), useDBus: false)
     }
 
-    func snapshot(proc: String? = nil) -> ConditionSnapshot {
+    public func snapshot(proc: String? = nil) -> ConditionSnapshot {
         Prober(options: options(proc: proc)).snapshot()
     }
 }
