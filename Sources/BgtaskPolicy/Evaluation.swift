@@ -20,6 +20,10 @@ public struct Match: Sendable, Equatable {
 public struct Reading: Sendable, Equatable {
     public var name: String
     public var value: PolicyValue
+    public init(name: String, value: PolicyValue) {
+        self.name = name
+        self.value = value
+    }
 }
 
 public struct PendingChange: Sendable, Equatable {

@@ -24,18 +24,12 @@ extension Bgtask.PolicyCommand {
             let t = try TaskSpec.parse(task)
             let policy = try layers.load().policy
             let records = try TraceFile.read(trace)
-            let events = Simulation.run(policy: policy, task: t, records: records)
+            let events = Simulation.run(policy: policy, task: t, records: records, time: ConditionValues.localTime)
             for e in events {
                 print(json ? e.json.rendered : e.text)
             }
         }
     }
-}
-
-struct TraceRecord {
-    var time: Double
-    var timeText: String
-    var conditions: [String: PolicyValue]
 }
 
 enum TraceFile {
@@ -60,7 +54,7 @@ enum TraceFile {
             if let last = out.last, time < last.time {
                 throw ValidationError("\(path):\(i + 1): time goes backwards (\(ts))")
             }
-            out.append(TraceRecord(time: time, timeText: ts, conditions: ConditionValues.from(flat)))
+            out.append(TraceRecord(time: time, conditions: ConditionValues.from(flat)))
         }
         guard !out.isEmpty else { throw ValidationError("--trace \(path): no records") }
         return out
@@ -111,20 +105,13 @@ enum Timestamp {
     }
 }
 
-struct SimulationEvent {
-    var time: Double
-    var offset: Double
-    var phase: TaskPhase
-    var decision: Decision
-    var actions: [TaskAction]
-    var note: String?
-
+extension SimulationEvent {
     var text: String {
         var what: String
         if !actions.isEmpty {
             what = actions.map(Simulation.describe).joined(separator: ", ")
-        } else if let n = note {
-            what = n
+        } else if holdElapsed {
+            what = "hold elapsed"
         } else {
             what = "stays \(phase.name)"
         }
@@ -145,51 +132,5 @@ struct SimulationEvent {
             ("reason", .string(decision.reason)),
             ("pending", .array(decision.pending.map { .object([("rule", .string($0.ruleID)), ("becomes_active", .bool($0.becomesActive)), ("at", .number($0.at))]) })),
         ])
-    }
-}
-
-enum Simulation {
-    static func describe(_ a: TaskAction) -> String {
-        switch a {
-        case .start: return "started"
-        case .throttle(let p): return "throttled to \(p)%"
-        case .unthrottle: return "cap lifted"
-        case .pause: return "paused"
-        case .resume: return "resumed"
-        case .expire(let g): return "expired (grace \(formatDuration(g)))"
-        }
-    }
-
-    /// Runs the scheduler core over the trace. An event is printed when something happens to the task,
-    /// when the deciding rule changes, or when a hold starts counting.
-    static func run(policy: Policy, task: TaskFields, records: [TraceRecord]) -> [SimulationEvent] {
-        let t0 = records[0].time
-        var machine = TaskMachine(task: task, enqueuedAt: t0)
-        var events: [SimulationEvent] = []
-        var lastKey = ""
-
-        func step(_ conditions: [String: PolicyValue], at now: Double, note: String? = nil) -> Decision {
-            let evaluator = Policy.Evaluator(policy: policy, conditions: conditions, time: ConditionValues.localTime(now))
-            let (d, actions) = machine.step(evaluator, now: now)
-            let key = "\(d.verdict)|\(d.matches.first?.ruleID ?? "")|\(d.cpuPercent ?? 0)|\(d.pending.map(\.ruleID))"
-            if !actions.isEmpty || key != lastKey {
-                events.append(SimulationEvent(time: now, offset: now - t0, phase: machine.phase, decision: d, actions: actions, note: note))
-                lastKey = key
-            }
-            return d
-        }
-
-        for (i, r) in records.enumerated() {
-            var d = step(r.conditions, at: r.time)
-            // Holds that elapse before the next record (or, after the last, at all) take effect on their own.
-            let horizon = i + 1 < records.count ? records[i + 1].time : Double.infinity
-            var guardCount = 0
-            while !machine.isDone, let next = d.nextChangeAt, next < horizon, guardCount < 100 {
-                d = step(r.conditions, at: next, note: "hold elapsed")
-                guardCount += 1
-            }
-            if machine.isDone { break }
-        }
-        return events
     }
 }

@@ -1,0 +1,132 @@
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+let defaultPolicyPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .appendingPathComponent("../../Policies/default.toml").standardized.path
+
+func defaultPolicy() throws -> Policy {
+    try policy(try String(contentsOfFile: defaultPolicyPath, encoding: .utf8), path: "Policies/default.toml")
+}
+
+struct VerdictCase: CustomTestStringConvertible, Sendable {
+    var fixture: String
+    var proc: String? = nil
+    var set: [String: String] = [:]
+    var task: String
+    var verdict: Verdict
+    var rule: String?
+    var testDescription: String { "\(fixture) · \(task)" }
+}
+
+func task(_ spec: String) -> TaskFields {
+    var t = TaskFields(id: "t", kind: "processing")
+    for f in spec.split(separator: ",") {
+        switch f {
+        case "power": t.requiresExternalPower = true
+        case "network": t.requiresNetwork = true
+        case "unmetered": t.requiresNetwork = true; t.requiresUnmetered = true
+        case "heavy": t.cpuHeavy = true
+        case "user": t.userInitiated = true
+        case "refresh": t.kind = "refresh"
+        default: break
+        }
+    }
+    return t
+}
+
+/// The table in docs/policy.md ("What the default policy does on real machines").
+let verdictCases: [VerdictCase] = [
+    .init(fixture: "power/03-dell-xps15-discharging", task: "power", verdict: .defer, rule: "processing.needs-power"),
+    .init(fixture: "power/03-dell-xps15-discharging", task: "heavy", verdict: .throttle, rule: "heavy.on-battery"),
+    .init(fixture: "power/03-dell-xps15-discharging", task: "plain", verdict: .run, rule: nil),
+    .init(fixture: "power/03-dell-xps15-discharging", task: "heavy,user", verdict: .run, rule: nil),
+    .init(fixture: "power/14-thinkpad-bat0-discharging-low", task: "plain", verdict: .defer, rule: "discretionary.low-battery"),
+    .init(fixture: "power/14-thinkpad-bat0-discharging-low", task: "user", verdict: .run, rule: nil),
+    .init(fixture: "power/checkbox-ipu7-not-charging-ucsi", task: "power,heavy", verdict: .run, rule: nil),
+    .init(fixture: "power/07-nexus5-no-status-usb-charger-offline", task: "power", verdict: .defer, rule: "processing.needs-power"),
+    .init(fixture: "power/08-mouse-only-capacity-level", task: "power,heavy", verdict: .run, rule: nil),
+    .init(fixture: "power/02-thinkpad-unknown-energy-based", task: "power", verdict: .run, rule: nil),
+    .init(fixture: "thermal/rpi4-active-trip-fan", task: "heavy", verdict: .throttle, rule: "heavy.warm"),
+    .init(fixture: "thermal/thermald-231-skylake-trips", set: ["class/thermal/thermal_zone5/temp": "90000"],
+          task: "heavy", verdict: .pause, rule: "heavy.hot"),
+    .init(fixture: "thermal/thermald-231-skylake-trips", set: ["class/thermal/thermal_zone5/temp": "127000"],
+          task: "heavy,user", verdict: .expire, rule: "all.critical-heat"),
+    .init(fixture: "network/qmi-four-links", proc: "network/qmi-wwan-default.proc", task: "unmetered", verdict: .defer, rule: "network.unmetered"),
+    .init(fixture: "network/qmi-four-links", proc: "network/qmi-usb-eth-and-wwan.proc", task: "unmetered", verdict: .run, rule: nil),
+    .init(fixture: "network/qmi-four-links", proc: "network/qmi-dormant-wifi-only.proc", task: "network", verdict: .defer, rule: "network.required"),
+]
+
+@Suite("The default policy on real recordings")
+struct DefaultPolicyTests {
+    @Test("the shipped policy checks clean")
+    func shippedPolicyLoads() throws {
+        let p = try defaultPolicy()
+        #expect(p.rules.count >= 9)
+    }
+
+    @Test("verdicts are those docs/policy.md lists", arguments: verdictCases)
+    func verdictOnRecording(_ c: VerdictCase) throws {
+        let tree = try FixtureTree.load("\(c.fixture).umockdev")
+        defer { tree.remove() }
+        for (path, value) in c.set { try tree.set(path, value + "\n") }
+        let snap = tree.snapshot(proc: c.proc)
+        let d = Policy.Evaluator(policy: try defaultPolicy(), conditions: conditionValues(snap), time: .midnightMonday)
+            .decideNow(task(c.task))
+        #expect(d.verdict == c.verdict, "\(d.matches.map(\.ruleID)) — \(snap.summary)")
+        #expect(d.matches.first?.ruleID == c.rule)
+    }
+}
+
+@Suite("The scheduler core")
+struct TaskMachineTests {
+    @Test("waiting → started → throttled → paused → resumed → expired, in virtual time")
+    func lifecycle() throws {
+        let p = try defaultPolicy()
+        var t = TaskFields(id: "build", kind: "processing")
+        t.requiresExternalPower = true
+        t.cpuHeavy = true
+        var m = TaskMachine(task: t, enqueuedAt: 0)
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        let battery: [String: PolicyValue] = ["power.external": .bool(false), "thermal.state": .string("nominal")]
+        let ac: [String: PolicyValue] = ["power.external": .bool(true), "thermal.state": .string("nominal")]
+        #expect(at(0, battery) == [])
+        #expect(m.phase == .waiting)
+        #expect(at(60, ac) == [])                       // hold_off 30 s on the power rule
+        #expect(at(90, ac) == [.start])
+        #expect(m.task.waited == 90)
+        #expect(at(100, ac.merging(["thermal.state": .string("fair")]) { $1 }) == [])   // heavy.warm holds 30 s
+        #expect(at(130, ac.merging(["thermal.state": .string("fair")]) { $1 }) == [.throttle(cpuPercent: 25)])
+        #expect(at(140, ac.merging(["thermal.state": .string("serious")]) { $1 }) == [.pause])
+        #expect(m.phase == .paused)
+        #expect(at(150, ac) == [])                      // heavy.hot lets go after 1 min
+        #expect(at(200, ac) == [])
+        #expect(at(210, ac) == [.unthrottle, .resume])
+        #expect(at(220, ac.merging(["thermal.state": .string("critical")]) { $1 }) == [.expire(grace: 5)])
+        #expect(m.isDone)
+        #expect(at(230, ac) == [])
+    }
+
+    @Test("simulate shows hysteresis: a wobbling charger does not restart the work")
+    func simulationShowsHold() throws {
+        let p = try defaultPolicy()
+        var t = TaskFields(id: "backup")
+        t.requiresExternalPower = true
+        let on: [String: PolicyValue] = ["power.external": .bool(true)]
+        let off: [String: PolicyValue] = ["power.external": .bool(false)]
+        let records = [TraceRecord(time: 1000, conditions: off), TraceRecord(time: 1100, conditions: on),
+                       TraceRecord(time: 1110, conditions: off), TraceRecord(time: 1120, conditions: on)]
+        let events = Simulation.run(policy: p, task: t, records: records) { _ in .midnightMonday }
+        let starts = events.filter { $0.actions.contains(.start) }
+        #expect(starts.count == 1)
+        // Started 30 s after the charger came back for good, after the last line of the trace.
+        #expect(starts.first?.time == 1150)
+        #expect(starts.first?.holdElapsed == true)
+        #expect(events.contains { $0.decision.pending.contains { $0.ruleID == "processing.needs-power" && $0.at == 1130 } })
+    }
+}
