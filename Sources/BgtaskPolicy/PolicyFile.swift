@@ -15,6 +15,7 @@ public struct PolicyFile: Sendable {
     /// Parses and checks a file's text; every problem found is returned, each with file:line:column.
     public static func parse(_ text: String, path: String, schema: Schema = .standard) -> Result<PolicyFile, PolicyErrors> {
         let src = SourceIndex(path: path, text: text)
+        if let e = malformedHeader(src) { return .failure(PolicyErrors([e])) }
         let table: TOMLTable
         do {
             table = try TOMLTable(string: text)
@@ -111,6 +112,30 @@ public struct PolicyFile: Sendable {
         }
         if !errors.isEmpty { return .failure(PolicyErrors(errors.sorted { ($0.location.line, $0.location.column) < ($1.location.line, $1.location.column) })) }
         return .success(PolicyFile(path: path, settings: settings, rules: rules, disabled: disabled))
+    }
+
+    /// toml++ (inside TOMLKit) asserts, aborting debug builds, on a table header whose name starts with
+    /// a character that cannot begin a key (`[`` ` ``, `[\u{14}`); such headers are rejected here first.
+    /// Found by FuzzTests.
+    static func malformedHeader(_ src: SourceIndex) -> PolicyError? {
+        for (n, line) in src.lines.enumerated() {
+            let chars = Array(line)
+            var i = 0
+            while i < chars.count, chars[i] == " " || chars[i] == "\t" { i += 1 }
+            guard i < chars.count, chars[i] == "[" else { continue }
+            i += 1
+            if i < chars.count, chars[i] == "[" { i += 1 }
+            while i < chars.count, chars[i] == " " || chars[i] == "\t" { i += 1 }
+            guard i < chars.count else {
+                return src.error("TOML: a table header needs a name after '['", line: n + 1, column: i + 1)
+            }
+            let c = chars[i]
+            if !(c.isASCII && (c.isLetter || c.isNumber || c == "_" || c == "-" || c == "\"" || c == "'")) {
+                return src.error("TOML: a table name cannot start with '\(c.unicodeScalars.map { $0.value < 32 || $0.value == 127 ? "\\u{\(String($0.value, radix: 16))}" : String($0) }.joined())'",
+                                 line: n + 1, column: i + 1)
+            }
+        }
+        return nil
     }
 
     enum Parsed { case rule(Rule), disabled(String, SourceLocation) }
