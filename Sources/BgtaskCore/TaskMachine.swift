@@ -4,7 +4,8 @@ import BgtaskPolicy
 public enum TaskPhase: Sendable, Equatable {
     case waiting
     case running(cpuCap: Int?)
-    case paused
+    /// Frozen; the cap it had still applies when it resumes.
+    case paused(cpuCap: Int?)
     case expired
     case finished(status: Int32)
 
@@ -87,16 +88,16 @@ public struct TaskMachine: Sendable {
             let new = d.cpuPercent ?? 100
             phase = .running(cpuCap: new)
             return cap == new ? [] : [.throttle(cpuPercent: new)]
-        case (.running, .defer), (.running, .pause):
-            phase = .paused
+        case (.running(let cap), .defer), (.running(let cap), .pause):
+            phase = .paused(cpuCap: cap)
             return [.pause]
-        case (.paused, .run):
+        case (.paused(let cap), .run):
             phase = .running(cpuCap: nil)
-            return [.unthrottle, .resume]
-        case (.paused, .throttle):
-            let cap = d.cpuPercent ?? 100
-            phase = .running(cpuCap: cap)
-            return [.throttle(cpuPercent: cap), .resume]
+            return cap == nil ? [.resume] : [.unthrottle, .resume]
+        case (.paused(let cap), .throttle):
+            let new = d.cpuPercent ?? 100
+            phase = .running(cpuCap: new)
+            return cap == new ? [.resume] : [.throttle(cpuPercent: new), .resume]
         case (.paused, .defer), (.paused, .pause):
             return []
         case (.running, .expire), (.paused, .expire):

@@ -18,6 +18,12 @@ public struct Slots: Sendable {
     public let sharedNames: [String]
     public let taskNames: [String]
 
+    struct TaskIndex: Sendable {
+        var id = 0, kind = 0, power = 0, network = 0, unmetered = 0, heavy = 0, user = 0
+        var waited = 0, waitedS = 0, running = 0, runningS = 0
+    }
+    let taskIndex: TaskIndex
+
     init(schema: Schema) {
         let s = schema.order.filter { schema.entries[$0]!.scope != .task }
         let t = schema.order.filter { schema.entries[$0]!.scope == .task }
@@ -25,6 +31,11 @@ public struct Slots: Sendable {
         taskNames = t
         shared = Dictionary(uniqueKeysWithValues: s.enumerated().map { ($1, $0) })
         task = Dictionary(uniqueKeysWithValues: t.enumerated().map { ($1, $0) })
+        let at = task
+        taskIndex = TaskIndex(id: at["task.id"]!, kind: at["task.kind"]!, power: at["task.requires_external_power"]!,
+                              network: at["task.requires_network"]!, unmetered: at["task.requires_unmetered"]!,
+                              heavy: at["task.cpu_heavy"]!, user: at["task.user_initiated"]!, waited: at["task.waited"]!,
+                              waitedS: at["task.waited_s"]!, running: at["task.running"]!, runningS: at["task.running_s"]!)
     }
 }
 

@@ -55,15 +55,19 @@ extension Policy {
         public let policy: Policy
         let frame: Frame
 
+        /// Verdicts of the rules that read only a task's flags and kind, per task signature.
+        var bySignature: [UInt16: (verdict: Verdict, candidates: [Int])] = [:]
+
         public init(policy: Policy, conditions: [String: PolicyValue], time: TimeFields) {
             self.policy = policy
-            frame = Frame(shared: policy.sharedValues(conditions: conditions, time: time), task: [])
+            frame = Frame(shared: policy.sharedValues(conditions: conditions, time: time),
+                          task: [PolicyValue](repeating: .null, count: policy.slots.taskNames.count))
         }
 
         /// The verdict for a task now. `hold` carries the dwell state from one evaluation to the next;
         /// on a task's first evaluation rules take effect at once, after that a change must hold.
         public func decide(_ task: TaskFields, now: Double, hold: inout HoldState) -> Decision {
-            frame.task = policy.taskValues(task)
+            policy.fillTask(task, into: frame)
             var active: [Rule] = []
             var pending: [PendingChange] = []
             for rule in policy.rules {
@@ -89,16 +93,34 @@ extension Policy {
 
         /// Without history or holds: what the rules say this instant.
         public func decideNow(_ task: TaskFields) -> Decision {
-            frame.task = policy.taskValues(task)
+            policy.fillTask(task, into: frame)
             return policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame)
         }
 
-        /// Verdict only, for re-evaluating many queued tasks cheaply (no reasons built).
+        /// Verdict only, without holds or reasons: for re-checking a whole queue after a condition changes.
+        /// Rules are tried strictest first, so the first match decides; rules that read only the task's
+        /// flags and kind are evaluated once per distinct combination.
         public func verdict(_ task: TaskFields) -> Verdict {
-            frame.task = policy.taskValues(task)
-            var v = Verdict.run
-            for rule in policy.rules where rule.verdict > v && Policy.matches(rule, frame) { v = rule.verdict }
-            return v
+            let sig = Policy.signature(task)
+            let entry: (verdict: Verdict, candidates: [Int])
+            if let cached = bySignature[sig] {
+                if cached.candidates.isEmpty { return cached.verdict }
+                entry = cached
+                policy.fillTask(task, into: frame)
+            } else {
+                policy.fillTask(task, into: frame)
+                let v = policy.bySignature.first { Policy.matches($0, frame) }?.verdict ?? .run
+                // Per-task rules stricter than that, and not ruled out by a part every such task shares.
+                let candidates = policy.perTask.indices.filter { i in
+                    policy.perTask[i].verdict > v && !policy.gates[i].contains { $0(frame) == .bool(false) }
+                }
+                entry = (v, candidates)
+                bySignature[sig] = entry
+            }
+            for i in entry.candidates where Policy.matches(policy.perTask[i], frame) {
+                return policy.perTask[i].verdict
+            }
+            return entry.verdict
         }
 
         var currentFrame: Frame { frame }

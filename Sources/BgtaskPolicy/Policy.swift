@@ -8,6 +8,13 @@ public struct Policy: Sendable {
     public let history: [String: [String]]
     let slots: Slots
     let schema: Schema
+    /// For the queue re-check: rules strictest first, split by whether they read per-task values
+    /// (id, waited, running) or only the task's flags and kind, which many tasks share.
+    let bySignature: [Rule]
+    let perTask: [Rule]
+    /// For each per-task rule, its `&&` parts that read no per-task value: one false part rules it out
+    /// for every task with the same signature.
+    let gates: [[Eval]]
 
     /// Layers later files over earlier ones: a rule with the same id replaces the earlier one where it
     /// stood; `enabled = false` removes it; settings override key by key.
@@ -32,8 +39,16 @@ public struct Policy: Sendable {
                 }
             }
         }
+        let strictestFirst = rules.enumerated().sorted { a, b in
+            a.element.verdict != b.element.verdict ? a.element.verdict > b.element.verdict : a.offset < b.offset
+        }.map(\.element)
+        let perTaskNames: Set<String> = ["task.id", "task.waited", "task.waited_s", "task.running", "task.running_s"]
+        let readsPerTask = { (r: Rule) in r.names.contains(where: perTaskNames.contains) }
+        let perTask = strictestFirst.filter(readsPerTask)
+        let gates = perTask.map { r in r.conjuncts.filter { !$0.names.contains(where: perTaskNames.contains) }.map(\.eval) }
         return Policy(rules: rules, settings: settings, files: layers.map(\.path), history: history,
-                      slots: Slots(schema: schema), schema: schema)
+                      slots: Slots(schema: schema), schema: schema,
+                      bySignature: strictestFirst.filter { !readsPerTask($0) }, perTask: perTask, gates: gates)
     }
 
     public static let empty = Policy.merge([])
@@ -86,6 +101,33 @@ extension Policy {
                 return conditions[name] ?? .null
             }
         }
+    }
+
+    /// Fills a frame's task slots in place (no allocation, no name lookups).
+    func fillTask(_ t: TaskFields, into frame: Frame) {
+        let i = slots.taskIndex
+        frame.task[i.id] = .string(t.id)
+        frame.task[i.kind] = .string(t.kind)
+        frame.task[i.power] = .bool(t.requiresExternalPower)
+        frame.task[i.network] = .bool(t.requiresNetwork)
+        frame.task[i.unmetered] = .bool(t.requiresUnmetered)
+        frame.task[i.heavy] = .bool(t.cpuHeavy)
+        frame.task[i.user] = .bool(t.userInitiated)
+        frame.task[i.waited] = .duration(t.waited)
+        frame.task[i.waitedS] = .number(t.waited)
+        frame.task[i.running] = .duration(t.running)
+        frame.task[i.runningS] = .number(t.running)
+    }
+
+    /// The task fields that identify tasks alike for rules that read no per-task value.
+    static func signature(_ t: TaskFields) -> UInt16 {
+        var s: UInt16 = t.requiresExternalPower ? 1 : 0
+        if t.requiresNetwork { s |= 2 }
+        if t.requiresUnmetered { s |= 4 }
+        if t.cpuHeavy { s |= 8 }
+        if t.userInitiated { s |= 16 }
+        switch t.kind { case "processing": s |= 32; case "refresh": s |= 64; case "continued": s |= 96; default: s |= 128 }
+        return s
     }
 
     public func taskValues(_ t: TaskFields) -> [PolicyValue] {

@@ -103,7 +103,7 @@ struct TaskMachineTests {
         #expect(at(100, ac.merging(["thermal.state": .string("fair")]) { $1 }) == [])   // heavy.warm holds 30 s
         #expect(at(130, ac.merging(["thermal.state": .string("fair")]) { $1 }) == [.throttle(cpuPercent: 25)])
         #expect(at(140, ac.merging(["thermal.state": .string("serious")]) { $1 }) == [.pause])
-        #expect(m.phase == .paused)
+        #expect(m.phase == .paused(cpuCap: 25))
         #expect(at(150, ac) == [])                      // heavy.hot lets go after 1 min
         #expect(at(200, ac) == [])
         #expect(at(210, ac) == [.unthrottle, .resume])
@@ -128,5 +128,70 @@ struct TaskMachineTests {
         #expect(starts.first?.time == 1150)
         #expect(starts.first?.holdElapsed == true)
         #expect(events.contains { $0.decision.pending.contains { $0.ruleID == "processing.needs-power" && $0.at == 1130 } })
+    }
+}
+
+let tracePath = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Traces/charger-heat-charger.jsonl")
+
+/// The trace recorded by scripts/record-trace.py from a umockdev laptop, in real time.
+func recordedTrace() throws -> [TraceRecord] {
+    try String(contentsOf: tracePath, encoding: .utf8).split(separator: "\n").map { line in
+        let json = try JSONValue.parse(String(line))
+        guard case .string(let ts)? = json["time"], case .object(let flat)? = json["conditions"] else { throw TestFailure("bad line") }
+        var c: [String: PolicyValue] = [:]
+        for (k, v) in flat {
+            switch v {
+            case .bool(let b): c[k] = .bool(b)
+            case .number(let n): c[k] = .number(n)
+            case .string(let s): c[k] = .string(s)
+            default: c[k] = .null
+            }
+        }
+        // Seconds within the day are enough here: the trace spans minutes.
+        let parts = ts.dropFirst(11).prefix(12).split(separator: ":")
+        let t = Double(parts[0])! * 3600 + Double(parts[1])! * 60 + Double(parts[2])!
+        return TraceRecord(time: t, conditions: c)
+    }
+}
+
+struct TestFailure: Error { var message: String; init(_ m: String) { message = m } }
+
+@Suite("simulate on a trace recorded from a umockdev laptop")
+struct RecordedTraceTests {
+    @Test("charger unplugged, heat, charger back with a wobble: the holds are visible")
+    func chargerHeatCharger() throws {
+        let records = try recordedTrace()
+        let external = records.map { $0.conditions["power.external"] }
+        let thermal = records.map { $0.conditions["thermal.state"] }
+        // The recording itself: on AC, unplugged, fair, serious, cooled, plugged, unplugged, plugged.
+        #expect(external.first == .bool(true) && external.last == .bool(true))
+        #expect(thermal.contains(.string("serious")))
+        let cooled = try #require(records.lastIndex { $0.conditions["thermal.state"] == .string("serious") }).advanced(by: 1)
+        let lastPlug = records.count - 1
+
+        var t = TaskFields(id: "build")
+        t.requiresExternalPower = true
+        t.cpuHeavy = true
+        let events = Simulation.run(policy: try defaultPolicy(), task: t, records: records) { _ in .midnightMonday }
+        #expect(events.flatMap(\.actions) == [.start, .pause, .resume])
+        let pause = try #require(events.first { $0.actions == [.pause] })
+        #expect(pause.time == records[1].time)                 // unplugged: waits for external power
+        #expect(pause.decision.matches.first?.ruleID == "processing.needs-power")
+        // Resumes when both holds have let go: heavy.hot 1 min after cooling, the power rule 30 s after the final replug.
+        let resume = try #require(events.first { $0.actions == [.resume] })
+        #expect(resume.time == max(records[cooled].time + 60, records[lastPlug].time + 30))
+        #expect(resume.holdElapsed)
+        // The wobble is visible: a hold set by the first replug, then one restarted by the last.
+        let powerHolds = Set(events.flatMap(\.decision.pending).filter { $0.ruleID == "processing.needs-power" }.map(\.at))
+        #expect(powerHolds.contains(records[lastPlug - 2].time + 30))
+        #expect(powerHolds.contains(records[lastPlug].time + 30))
+    }
+
+    @Test("a CPU-heavy task that needs no charger is throttled on battery, then paused by heat")
+    func heavyTaskOnBattery() throws {
+        var t = TaskFields(id: "index")
+        t.cpuHeavy = true
+        let events = Simulation.run(policy: try defaultPolicy(), task: t, records: try recordedTrace()) { _ in .midnightMonday }
+        #expect(events.flatMap(\.actions) == [.start, .throttle(cpuPercent: 25), .pause, .unthrottle, .resume])
     }
 }

@@ -102,3 +102,49 @@ struct FuzzTests {
         }
     }
 }
+
+@Suite("The queue re-check agrees with full decisions")
+struct FastPathTests {
+    @Test("verdict(_:) equals decideNow(_:).verdict for random tasks and conditions")
+    func fastPathAgrees() throws {
+        let extra = """
+
+        [[rule]]
+        id = "long-wait"
+        when = 'task.waited > 2h && power.external == false && !task.user_initiated'
+        verdict = "pause"
+        [[rule]]
+        id = "named"
+        when = 'task.id == "t-3" || battery.percent < 10'
+        verdict = "expire"
+        [[rule]]
+        id = "long-run"
+        when = 'task.running_s > 600 && thermal.state >= "fair" && task.cpu_heavy'
+        verdict = "throttle"
+        cpu_percent = 10
+        """
+        let p = try policy(try String(contentsOfFile: defaultPolicyPath, encoding: .utf8) + extra, path: "p.toml")
+        var rng = SeededRandom(state: FuzzTests.seed)
+        let bools: [PolicyValue] = [.null, .bool(true), .bool(false)]
+        for round in 0..<300 {
+            let c: [String: PolicyValue] = [
+                "power.external": bools.randomElement(using: &rng)!, "network.online": bools.randomElement(using: &rng)!,
+                "network.metered": bools.randomElement(using: &rng)!, "system.power_saver": bools.randomElement(using: &rng)!,
+                "battery.percent": [.null, .number(5), .number(15), .number(80)].randomElement(using: &rng)!,
+                "thermal.state": [.null, .string("nominal"), .string("fair"), .string("serious"), .string("critical")].randomElement(using: &rng)!,
+            ]
+            let e = Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday)
+            for i in 0..<50 {
+                var t = TaskFields(id: "t-\(i % 5)", kind: ["processing", "refresh", "continued"].randomElement(using: &rng)!)
+                t.requiresExternalPower = .random(using: &rng)
+                t.requiresNetwork = .random(using: &rng)
+                t.requiresUnmetered = .random(using: &rng)
+                t.cpuHeavy = .random(using: &rng)
+                t.userInitiated = .random(using: &rng)
+                t.waited = [0, 3600, 9000].randomElement(using: &rng)!
+                t.running = [0, 700].randomElement(using: &rng)!
+                #expect(e.verdict(t) == e.decideNow(t).verdict, "round \(round) task \(t) conditions \(c)")
+            }
+        }
+    }
+}
