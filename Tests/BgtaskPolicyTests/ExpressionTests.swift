@@ -214,3 +214,21 @@ struct LayerTests {
         #expect(p.files == ["shipped.toml", "user.toml"])
     }
 }
+
+@Suite("Reloading")
+struct ReloadTests {
+    @Test("a reload with a broken file keeps the last good policy in force and reports the error")
+    func badReloadKeepsLastGood() throws {
+        let store = PolicyStore()
+        let good = "[[rule]]\nid = \"a\"\nwhen = 'power.external == false'\nverdict = \"defer\"\n"
+        #expect(store.reload([("base.toml", good)]).isEmpty)
+        #expect(store.generation == 1)
+        let errors = store.reload([("base.toml", good), ("user.toml", "[[rule]]\nid = \"b\"\nwhen = 'battery.pct < 5'\nverdict = \"pause\"\n")])
+        #expect(errors.map(\.location.full) == ["user.toml:3:9"])
+        #expect(store.generation == 1)
+        #expect(store.policy.rules.map(\.id) == ["a"])
+        #expect(store.reload([("base.toml", good), ("user.toml", "[[rule]]\nid = \"b\"\nwhen = 'battery.percent < 5'\nverdict = \"pause\"\n")]).isEmpty)
+        #expect(store.policy.rules.map(\.id) == ["a", "b"])
+        #expect(store.generation == 2)
+    }
+}

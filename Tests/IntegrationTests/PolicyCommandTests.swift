@@ -1,0 +1,157 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized
+
+/// The shipped layer from the repository, and empty /etc and user layers unless a test adds to them.
+final class PolicyEnv {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-policy-\(UUID().uuidString)")
+    var userDir: URL { dir.appendingPathComponent("config/bgtask/policy.d") }
+
+    init() throws {
+        try FileManager.default.createDirectory(at: userDir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("etc"), withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(at: dir) }
+
+    var env: [String: String] {
+        Child.environment(["BGTASK_POLICY_DIR": repoRoot.appendingPathComponent("Policies").path,
+                           "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
+                           "XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                           "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+    }
+
+    func run(_ args: [String]) throws -> (Int32, String, String) {
+        try Child.run(Child.bgtaskPath, args, environment: env)
+    }
+}
+
+@Suite("bgtask policy, end to end")
+struct PolicyCommandTests {
+    @Test("check passes the shipped policy and exits 1 on every broken file, naming file:line:col")
+    func checkExitCodes() throws {
+        let p = try PolicyEnv()
+        let ok = try p.run(["policy", "check", repoRoot.appendingPathComponent("Policies/default.toml").path])
+        #expect(ok.0 == 0)
+        #expect(ok.1.hasPrefix("ok: 1 file, "))
+        let badDir = repoRoot.appendingPathComponent("Tests/BgtaskPolicyTests/BadPolicies")
+        let bad = try FileManager.default.contentsOfDirectory(atPath: badDir.path).filter { $0.hasSuffix(".toml") }.sorted()
+        let r = try p.run(["policy", "check"] + bad.map { badDir.appendingPathComponent($0).path })
+        #expect(r.0 == 1)
+        for f in bad {
+            let header = try String(contentsOf: badDir.appendingPathComponent(f), encoding: .utf8).split(separator: "\n")[0]
+            let position = header.dropFirst("# expect: ".count).prefix { $0 != " " }
+            #expect(r.2.contains("\(f):\(position): "), "\(f) at \(position)")
+        }
+        #expect(r.2.contains("\(bad.count) files"))
+    }
+
+    @Test("check with no arguments checks every layer; a broken user file fails it")
+    func checkLayers() throws {
+        let p = try PolicyEnv()
+        #expect(try p.run(["policy", "check"]).0 == 0)
+        try "[[rule]]\nid = \"x\"\nwhen = 'thermal.state > \"warm\"'\nverdict = \"pause\"\n"
+            .write(to: p.userDir.appendingPathComponent("mine.toml"), atomically: true, encoding: .utf8)
+        let r = try p.run(["policy", "check"])
+        #expect(r.0 == 1)
+        #expect(r.2.contains("mine.toml:3:25: in 'when' of rule 'x': \"warm\" is not a thermal state"))
+    }
+
+    @Test("a user layer replaces a shipped rule by id; show says so")
+    func showLayers() throws {
+        let p = try PolicyEnv()
+        try "[[rule]]\nid = \"heavy.on-battery\"\nwhen = 'task.cpu_heavy && power.external == false'\nverdict = \"throttle\"\ncpu_percent = 10\n[[rule]]\nid = \"discretionary.power-saver\"\nenabled = false\n"
+            .write(to: p.userDir.appendingPathComponent("50-mine.toml"), atomically: true, encoding: .utf8)
+        let r = try p.run(["policy", "show", "--json"])
+        #expect(r.0 == 0, "\(r.2)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(r.1.utf8)) as? [String: Any])
+        let rules = try #require(json["rules"] as? [[String: Any]])
+        let heavy = try #require(rules.first { $0["id"] as? String == "heavy.on-battery" })
+        #expect(heavy["cpu_percent"] as? Int == 10)
+        #expect((heavy["origin"] as? String)?.hasSuffix("50-mine.toml:2") == true)
+        #expect(((heavy["history"] as? [String])?.first)?.contains("default.toml") == true)
+        #expect(!rules.contains { $0["id"] as? String == "discretionary.power-saver" })
+    }
+
+    @Test("explain against a recorded laptop gives the documented verdict, with reasons and readings")
+    func explainOnRecording() throws {
+        let p = try PolicyEnv()
+        let tree = try FixtureTree.load("laptop-node-exporter.umockdev")
+        defer { tree.remove() }
+        let r = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--task", "id=backup,requires_external_power,cpu_heavy"])
+        #expect(r.0 == 0, "\(r.2)")
+        #expect(r.1.hasPrefix("backup (processing): defer — waiting for external power (BAT0 is discharging"))
+        #expect(r.1.contains("decided by processing.needs-power (") && r.1.contains("default.toml:"))
+        #expect(r.1.contains("throttle heavy.on-battery"))
+        let j = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--task", "cpu_heavy", "--json"])
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(j.1.utf8)) as? [String: Any])
+        #expect(json["verdict"] as? String == "throttle")
+        #expect(json["cpu_percent"] as? Int == 25)
+    }
+
+    @Test("explain reads conditions from a status --json file too; bad input is a clear error")
+    func explainFromFileAndBadInput() throws {
+        let p = try PolicyEnv()
+        let f = p.dir.appendingPathComponent("status.json")
+        try #"{"power":{"external":true},"thermal":{"state":"critical","celsius":101}}"#.write(to: f, atomically: true, encoding: .utf8)
+        let r = try p.run(["policy", "explain", "--conditions", f.path, "--task", "user_initiated"])
+        #expect(r.1.contains("expire") && r.1.contains("all.critical-heat"))
+        let bad = try p.run(["policy", "explain", "--conditions", f.path, "--task", "kind=nightly"])
+        #expect(bad.0 == 64)
+        #expect(bad.2.contains("kind=nightly: one of processing, refresh, continued"))
+        try "{nope".write(to: f, atomically: true, encoding: .utf8)
+        let notJSON = try p.run(["policy", "explain", "--conditions", f.path, "--task", "cpu_heavy"])
+        #expect(notJSON.0 == 64)
+        #expect(notJSON.2.contains("not JSON"))
+    }
+
+    @Test("simulate on the recorded umockdev trace prints the timeline with its holds")
+    func simulateRecordedTrace() throws {
+        let p = try PolicyEnv()
+        let trace = repoRoot.appendingPathComponent("Tests/BgtaskPolicyTests/Traces/charger-heat-charger.jsonl").path
+        let r = try p.run(["policy", "simulate", "--trace", trace, "--task", "id=build,requires_external_power,cpu_heavy"])
+        #expect(r.0 == 0, "\(r.2)")
+        let lines = r.1.split(separator: "\n").map(String.init)
+        #expect(lines.first?.contains("started") == true)
+        #expect(lines.contains { $0.contains("paused") && $0.contains("processing.needs-power") })
+        #expect(lines.contains { $0.contains("hold: processing.needs-power lets go at") })
+        #expect(lines.contains { $0.contains("hold: heavy.hot lets go at") })
+        #expect(lines.last?.contains("resumed") == true)
+        let bad = try p.run(["policy", "simulate", "--trace", "/nonexistent", "--task", "cpu_heavy"])
+        #expect(bad.0 == 64)
+        #expect(bad.2.contains("/nonexistent: cannot read"))
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("a trace recorded live under umockdev replays: paused when unplugged and hot, resumed after the holds")
+    func recordThenSimulate() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let trace = p.dir.appendingPathComponent("trace.jsonl").path
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus", "--thermal-interval", "0.05", "--record", trace])
+        _ = try #require(watch.line(within: 10), "no first line: \(watch.stderr)")
+        tb.plug(laptop, false)
+        _ = try #require(watch.line(within: 3) { $0.contains("\"power.external\"") })
+        tb.set(laptop.zone, "temp", "90000")
+        _ = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
+        tb.set(laptop.zone, "temp", "60000")
+        _ = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
+        tb.plug(laptop, true)
+        _ = try #require(watch.line(within: 3) { $0.contains("\"power.external\"") })
+        watch.stop()
+
+        let r = try Child.run(Child.bgtaskPath, ["policy", "simulate", "--trace", trace, "--task", "requires_external_power,cpu_heavy", "--json"],
+                              environment: p.env)
+        #expect(r.0 == 0, "\(r.2)")
+        let events = try r.1.split(separator: "\n").map { try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]) }
+        let actions = events.flatMap { ($0["actions"] as? [String]) ?? [] }
+        #expect(actions == ["started", "paused", "resumed"])
+        // The trace took about a second; the holds (1 min after cooling, 30 s after the charger) set when it resumes.
+        let resumed = try #require(events.last)
+        #expect((resumed["offset_s"] as? Double ?? 0) >= 60)
+    }
+}
