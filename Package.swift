@@ -46,7 +46,7 @@ let package = Package(
         .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskTestSupport"],
-                    exclude: ["BadPolicies"]),
+                    exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
     ]
 )

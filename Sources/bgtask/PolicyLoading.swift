@@ -65,9 +65,9 @@ enum PolicyLayers {
     /// errors are returned; a missing or unreadable file is an error naming the path and errno.
     /// Paths under the working directory are shown relative to it (`Policies/default.toml:22`).
     static func display(_ path: String) -> String {
-        var buf = [CChar](repeating: 0, count: 4096)
-        guard getcwd(&buf, buf.count) != nil else { return path }
-        let cwd = String(cString: buf)
+        guard let raw = getcwd(nil, 0) else { return path }
+        defer { free(raw) }
+        let cwd = String(cString: raw)
         return path.hasPrefix(cwd + "/") ? String(path.dropFirst(cwd.count + 1)) : path
     }
 
