@@ -27,7 +27,7 @@ extension Bgtask.PolicyCommand {
         func run() throws {
             let t = try TaskSpec.parse(task)
             let policy = try layers.load().policy
-            let values = try ConditionSource.read(conditions, probe: probe)
+            let values = try ConditionSource.read(conditions, probe: probe, settings: policy.settings)
             let evaluator = Policy.Evaluator(policy: policy, conditions: values, time: ConditionValues.localTime(ConditionValues.now()))
             let (decision, rules) = evaluator.explain(t)
             if json {
@@ -40,9 +40,9 @@ extension Bgtask.PolicyCommand {
 }
 
 enum ConditionSource {
-    static func read(_ source: String, probe: ProbeOptionsGroup) throws -> [String: PolicyValue] {
+    static func read(_ source: String, probe: ProbeOptionsGroup, settings: PolicySettings) throws -> [String: PolicyValue] {
         if source == "live" {
-            return ConditionValues.from(Prober(options: probe.probeOptions).snapshot().conditions)
+            return ConditionValues.from(Prober(options: probe.probeOptions.applying(settings)).snapshot().conditions)
         }
         let text: String
         switch PolicyLayers.readText(source) {
@@ -133,5 +133,18 @@ enum ExplainOutput {
                 ("readings", readingsJSON(r.readings)),
             ]) })),
         ])
+    }
+}
+
+extension ProbeOptions {
+    /// The thresholds a policy's [battery] and [thermal] sections share with the probes.
+    func applying(_ s: PolicySettings) -> ProbeOptions {
+        var o = self
+        o.battery.lowPercent = s.number("battery.low_percent")
+        o.battery.criticalPercent = s.number("battery.critical_percent")
+        o.thermal.fairCelsius = s.number("thermal.fair_celsius")
+        o.thermal.seriousCelsius = s.number("thermal.serious_celsius")
+        o.thermal.criticalCelsius = s.number("thermal.critical_celsius")
+        return o
     }
 }
