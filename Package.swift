@@ -34,8 +34,11 @@ let package = Package(
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
         .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy"]),
 
+        // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
+        .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "CLinux"]),
+
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore",
+            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.

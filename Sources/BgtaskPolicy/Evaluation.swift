@@ -156,7 +156,7 @@ extension Policy {
     }
 
     func fill(_ rule: Rule, _ frame: Frame) -> String {
-        guard !rule.template.isEmpty else { return rule.reason ?? "rule \(rule.id)" }
+        guard !rule.template.isEmpty else { return rule.reason ?? rule.when }
         return rule.template.map { part in
             switch part {
             case .text(let t): return t

@@ -66,7 +66,7 @@ public struct Rule: Sendable {
     var expr: Expr
     var compiled: Eval
     var conjuncts: [(text: String, eval: Eval, names: [String])]
-    var names: [String]
+    public internal(set) var names: [String]
     var template: [TemplatePart]
 }
 

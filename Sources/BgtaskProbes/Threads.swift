@@ -19,17 +19,17 @@ func startThread(_ body: @escaping @Sendable () -> Void) {
 }
 
 /// A pipe whose read end is polled to wake a thread from another one.
-final class WakePipe: @unchecked Sendable {
-    let readFD: Int32
+public final class WakePipe: @unchecked Sendable {
+    public let readFD: Int32
     let writeFD: Int32
-    init() {
+    public init() {
         var fds: [Int32] = [0, 0]
         precondition(bgt_pipe(&fds) == 0, "pipe2 failed")
         readFD = fds[0]; writeFD = fds[1]
     }
     deinit { close(readFD); close(writeFD) }
-    func wake() { var b: UInt8 = 1; _ = write(writeFD, &b, 1) }
-    func drain() { var buf = [UInt8](repeating: 0, count: 64); while read(readFD, &buf, 64) > 0 {} }
+    public func wake() { var b: UInt8 = 1; _ = write(writeFD, &b, 1) }
+    public func drain() { var buf = [UInt8](repeating: 0, count: 64); while read(readFD, &buf, 64) > 0 {} }
 }
 
 /// rtnetlink: link and route changes, which produce no uevents (operstate, carrier, default routes).

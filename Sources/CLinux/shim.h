@@ -8,6 +8,12 @@
 #include <sys/socket.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <signal.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/resource.h>
 
 int pipe2(int pipefd[2], int flags);
 
@@ -26,5 +32,58 @@ static inline int bgt_rtnetlink_socket(void) {
     addr.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) { int e = errno; close(fd); return -e; }
     return fd;
+}
+/* Blocks the signals bgtask forwards, and SIGCHLD, in this thread and every thread it starts later,
+ * and returns a signalfd that reads them; -errno on failure. */
+static inline int bgt_signalfd_forwarded(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM); sigaddset(&set, SIGHUP); sigaddset(&set, SIGQUIT);
+    sigaddset(&set, SIGCHLD);
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) return -EINVAL;
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* The next pending signal number from a signalfd, or 0. */
+static inline int bgt_signalfd_read(int fd) {
+    struct signalfd_siginfo si;
+    ssize_t n = read(fd, &si, sizeof si);
+    return n == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
+}
+
+/* Spawns argv[0] (searched in PATH) in a new process group with the signal mask and dispositions
+ * reset; with idle != 0, in the SCHED_IDLE class. Returns the pid or -errno. */
+static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) {
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setpgroup(&attr, 0);
+    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    if (idle) {
+        struct sched_param sp = { .sched_priority = 0 };
+        posix_spawnattr_setschedpolicy(&attr, 5 /* SCHED_IDLE, a _GNU_SOURCE name */);
+        posix_spawnattr_setschedparam(&attr, &sp);
+        flags |= POSIX_SPAWN_SETSCHEDULER;
+    }
+    posix_spawnattr_setflags(&attr, flags);
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
+    posix_spawnattr_destroy(&attr);
+    return rc == 0 ? pid : -rc;
+}
+
+/* Idle I/O class for a process group (ioprio_set(IOPRIO_WHO_PGRP, pgid, IOPRIO_CLASS_IDLE)). */
+static inline int bgt_ioprio_idle(pid_t pgid) {
+    long rc = syscall(SYS_ioprio_set, 2 /* IOPRIO_WHO_PGRP */, pgid, (3 /* IDLE */ << 13));
+    return rc < 0 ? -errno : 0;
+}
+
+static inline int bgt_nice_group(pid_t pgid, int nice) {
+    return setpriority(PRIO_PGRP, (id_t)pgid, nice) == 0 ? 0 : -errno;
 }
 #endif

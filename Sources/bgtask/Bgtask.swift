@@ -11,11 +11,22 @@ struct Bgtask: ParsableCommand {
         commandName: "bgtask",
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
         version: "0.1.0",
-        subcommands: [Status.self, Watch.self, PolicyCommand.self])
+        subcommands: [Run.self, Status.self, Watch.self, PolicyCommand.self])
 
     static func main() {
         // Lines go to pipes (scripts, tests): flush each one.
         setvbuf(stdout, nil, _IOLBF, 0)
-        main(nil)
+        do {
+            var command = try parseAsRoot()
+            try command.run()
+        } catch {
+            // Usage errors exit 2, as Unix tools do (ArgumentParser's own default is EX_USAGE, 64).
+            let code = exitCode(for: error)
+            if code == .validationFailure {
+                fputs(fullMessage(for: error) + "\n", stderr)
+                Glibc.exit(2)
+            }
+            exit(withError: error)
+        }
     }
 }

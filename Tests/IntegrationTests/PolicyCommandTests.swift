@@ -98,11 +98,11 @@ struct PolicyCommandTests {
         let r = try p.run(["policy", "explain", "--conditions", f.path, "--task", "user_initiated"])
         #expect(r.1.contains("expire") && r.1.contains("all.critical-heat"))
         let bad = try p.run(["policy", "explain", "--conditions", f.path, "--task", "kind=nightly"])
-        #expect(bad.0 == 64)
+        #expect(bad.0 == 2)
         #expect(bad.2.contains("kind=nightly: one of processing, refresh, continued"))
         try "{nope".write(to: f, atomically: true, encoding: .utf8)
         let notJSON = try p.run(["policy", "explain", "--conditions", f.path, "--task", "cpu_heavy"])
-        #expect(notJSON.0 == 64)
+        #expect(notJSON.0 == 2)
         #expect(notJSON.2.contains("not JSON"))
     }
 
@@ -119,7 +119,7 @@ struct PolicyCommandTests {
         #expect(lines.contains { $0.contains("hold: heavy.hot lets go at") })
         #expect(lines.last?.contains("resumed") == true)
         let bad = try p.run(["policy", "simulate", "--trace", "/nonexistent", "--task", "cpu_heavy"])
-        #expect(bad.0 == 64)
+        #expect(bad.0 == 2)
         #expect(bad.2.contains("/nonexistent: cannot read"))
     }
 }

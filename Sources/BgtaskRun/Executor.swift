@@ -1,0 +1,201 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import CLinux
+
+/// How a task's CPU is capped and its process tree frozen, best first: a cgroup v1 `cpu` quota and
+/// `freezer` (as root), else SIGSTOP/SIGCONT of the process group (a duty cycle for a cap, as BOINC and
+/// cpulimit do). cgroup v2 (`cpu.max`, `cgroup.freeze` in a delegated subtree) is not done yet.
+public enum CapMechanism: String, Sendable {
+    case cgroupV1 = "cgroup v1 cpu quota + freezer"
+    case signals = "SIGSTOP/SIGCONT of the process group"
+}
+
+public struct SpawnError: Error, CustomStringConvertible {
+    public var command: String
+    public var errno: Int32
+    public var description: String { "cannot run \(command): \(String(cString: strerror(errno)))" }
+    /// 127 for a command not found, 126 for one that cannot be executed, as shells do.
+    public var exitCode: Int32 { errno == ENOENT ? 127 : 126 }
+}
+
+/// The running command: its process group and what has been done to it.
+public final class TaskProcess {
+    public let pid: pid_t
+    public let mechanism: CapMechanism
+    let cgroups: CgroupV1?
+    public private(set) var paused = false
+    public private(set) var cap: Int?
+    /// The duty cycle's state, when capping with signals.
+    var dutyStopped = false
+
+    /// Spawns in a new process group; background work gets SCHED_IDLE, nice 10 and the idle I/O class.
+    public static func spawn(_ argv: [String], background: Bool, cgroupName: String, allowCgroups: Bool = true) throws -> TaskProcess {
+        let cargv = argv.map { strdup($0) } + [nil]
+        var env: [UnsafeMutablePointer<CChar>?] = []
+        var e = environ
+        while let p = e.pointee { env.append(strdup(p)); e += 1 }
+        env.append(nil)
+        defer { (cargv + env).forEach { free($0) } }
+        let pid = bgt_spawn(cargv, env, background ? 1 : 0)
+        guard pid > 0 else { throw SpawnError(command: argv[0], errno: -pid) }
+        if background {
+            _ = bgt_nice_group(pid, 10)
+            _ = bgt_ioprio_idle(pid)
+        }
+        // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
+        let cg = allowCgroups ? CgroupV1.create(name: cgroupName, pid: pid) : nil
+        return TaskProcess(pid: pid, cgroups: cg)
+    }
+
+    init(pid: pid_t, cgroups: CgroupV1?) {
+        self.pid = pid
+        self.cgroups = cgroups
+        mechanism = cgroups == nil ? .signals : .cgroupV1
+    }
+
+    /// Signals the whole process group (the command and what it started).
+    public func signal(_ sig: Int32) { kill(-pid, sig) }
+
+    public func pause() {
+        guard !paused else { return }
+        paused = true
+        if let cg = cgroups { cg.freeze(true) } else { signal(SIGSTOP) }
+    }
+
+    public func resume() {
+        guard paused else { return }
+        paused = false
+        if let cg = cgroups { cg.freeze(false) } else if !dutyStopped { signal(SIGCONT) }
+    }
+
+    /// Caps CPU at `percent` of one CPU. With signals, `dutyCycle(now:)` must be called at the times it returns.
+    public func throttle(_ percent: Int) {
+        cap = percent
+        cgroups?.quota(percent)
+    }
+
+    public func unthrottle() {
+        cap = nil
+        cgroups?.quota(nil)
+        if dutyStopped {
+            dutyStopped = false
+            if !paused { signal(SIGCONT) }
+        }
+    }
+
+    /// The signal duty cycle: a 100 ms period, running `cap` % of it. Returns when to call again.
+    public func dutyCycle(now: Double) -> Double? {
+        guard mechanism == .signals, let c = cap, !paused else { return nil }
+        let period = 0.1
+        if dutyStopped {
+            dutyStopped = false
+            signal(SIGCONT)
+            return now + period * Double(c) / 100
+        } else {
+            dutyStopped = true
+            signal(SIGSTOP)
+            return now + period * Double(100 - c) / 100
+        }
+    }
+
+    /// Before a signal meant to end it: a stopped process cannot act on SIGTERM.
+    public func thawForSignal() {
+        if let cg = cgroups { cg.freeze(false) } else if paused || dutyStopped { signal(SIGCONT) }
+        paused = false
+        dutyStopped = false
+    }
+
+    /// CPU seconds used by the group's processes (user + system, children reaped included).
+    public func cpuSeconds() -> Double? {
+        if let cg = cgroups, let ns = cg.usageNanoseconds() { return Double(ns) / 1e9 }
+        return ProcStat.groupCPUSeconds(pgid: pid)
+    }
+
+    public func cleanUp() { cgroups?.remove() }
+}
+
+enum ProcStat {
+    static let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    /// Sums utime+stime+cutime+cstime of every process whose process group is `pgid`.
+    static func groupCPUSeconds(pgid: pid_t) -> Double? {
+        guard let dir = opendir("/proc") else { return nil }
+        defer { closedir(dir) }
+        var total = 0.0
+        var found = false
+        while let e = readdir(dir) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            guard let pid = Int32(name), let stat = read("/proc/\(pid)/stat"),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // Fields after the command name: state ppid pgrp ... utime(14) stime(15) cutime(16) cstime(17).
+            let f = stat[stat.index(after: close)...].split(separator: " ")
+            guard f.count > 15, Int32(f[2]) == pgid else { continue }
+            found = true
+            total += [f[11], f[12], f[13], f[14]].compactMap { Double($0) }.reduce(0, +) / ticks
+        }
+        return found ? total : nil
+    }
+
+    static func read(_ path: String) -> String? {
+        guard let f = fopen(path, "r") else { return nil }
+        defer { fclose(f) }
+        var buf = [CChar](repeating: 0, count: 1024)
+        guard fgets(&buf, Int32(buf.count), f) != nil else { return nil }
+        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+/// cgroup v1 `cpu` and `freezer` hierarchies, as root: /sys/fs/cgroup/{cpu,freezer}/bgtask/<name>.
+final class CgroupV1 {
+    let cpu: String
+    let freezer: String
+
+    static let root = "/sys/fs/cgroup"
+
+    static func available() -> Bool {
+        geteuid() == 0 && access(root + "/cpu/cpu.cfs_quota_us", W_OK) == 0 && access(root + "/freezer/cgroup.procs", W_OK) == 0
+    }
+
+    static func create(name: String, pid: pid_t) -> CgroupV1? {
+        guard available() else { return nil }
+        let cpu = root + "/cpu/bgtask/" + name, freezer = root + "/freezer/bgtask/" + name
+        for d in [root + "/cpu/bgtask", root + "/freezer/bgtask", cpu, freezer] { mkdir(d, 0o755) }
+        guard write(cpu + "/cgroup.procs", "\(pid)"), write(freezer + "/cgroup.procs", "\(pid)") else {
+            rmdir(cpu); rmdir(freezer)
+            return nil
+        }
+        return CgroupV1(cpu: cpu, freezer: freezer)
+    }
+
+    init(cpu: String, freezer: String) {
+        self.cpu = cpu
+        self.freezer = freezer
+    }
+
+    func quota(_ percent: Int?) {
+        _ = CgroupV1.write(cpu + "/cpu.cfs_period_us", "100000")
+        _ = CgroupV1.write(cpu + "/cpu.cfs_quota_us", percent.map { String($0 * 1000) } ?? "-1")
+    }
+
+    func freeze(_ on: Bool) { _ = CgroupV1.write(freezer + "/freezer.state", on ? "FROZEN" : "THAWED") }
+
+    func usageNanoseconds() -> UInt64? {
+        // cpuacct may be a separate hierarchy; the cpu one has cpuacct.usage only when co-mounted.
+        ProcStat.read(cpu + "/cpuacct.usage").flatMap { UInt64($0.filter(\.isNumber)) }
+    }
+
+    func remove() {
+        freeze(false)
+        rmdir(cpu)
+        rmdir(freezer)
+    }
+
+    @discardableResult
+    static func write(_ path: String, _ value: String) -> Bool {
+        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return Glibc.write(fd, value, value.utf8.count) == value.utf8.count
+    }
+}

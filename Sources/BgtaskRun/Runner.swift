@@ -1,0 +1,316 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import CLinux
+import Synchronization
+
+public struct RunOptions: Sendable {
+    public var argv: [String]
+    public var task: TaskFields
+    public var noWait = false
+    public var maxWait: Double?
+    public var budget: Double?
+    public var quiet = false
+    public var probe: ProbeOptions
+    /// Measure CPU use and mark undeclared heavy work (off for tasks that require external power, as on iOS).
+    public var cpuMonitor = true
+    /// False forces SIGSTOP/SIGCONT even where cgroups are available (BGTASK_CAP_MECHANISM=signals).
+    public var allowCgroups = true
+
+    public init(argv: [String], task: TaskFields, probe: ProbeOptions) {
+        self.argv = argv
+        self.task = task
+        self.probe = probe
+    }
+}
+
+/// One thing that happened to a task, for the audit trail and the messages on stderr.
+public struct RunEvent: Sendable {
+    public enum Kind: String, Sendable {
+        case deferred, started, throttled, unthrottled, paused, resumed, expired, killed
+        case gaveUp = "gave-up", finished, signalled, cpuHeavy = "cpu-heavy", failed
+    }
+    public var kind: Kind
+    public var monotonic: Double
+    public var detail: String
+    public var decision: Decision?
+    public var conditions: [String: PolicyValue]
+    public var exitStatus: Int32?
+}
+
+public protocol RunObserver: AnyObject {
+    func record(_ event: RunEvent, task: TaskFields)
+}
+
+/// Exit statuses of `bgtask run`, as documented in the README.
+public enum RunExit {
+    public static let tempFail: Int32 = 75   // EX_TEMPFAIL: gave up waiting, or expired by bgtask
+    public static let usage: Int32 = 2
+}
+
+/// Drives one command through the scheduler core: waits (event-driven) until the policy says run,
+/// starts it, and throttles, pauses, resumes or expires it as conditions change. Everything happens on
+/// the calling thread in one poll loop; the only timers are holds, deadlines, the signal duty cycle and
+/// the CPU monitor, each armed only while it matters.
+public final class Runner {
+    let options: RunOptions
+    let policy: Policy
+    let observer: RunObserver?
+    let state: ActiveTasks?
+
+    public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?) {
+        self.options = options
+        self.policy = policy
+        self.observer = observer
+        self.state = state
+    }
+
+    func say(_ s: String) {
+        if !options.quiet { fputs("bgtask: \(options.task.id): \(s)\n", stderr) }
+    }
+
+    public func run() -> Int32 {
+        // Signals first, so the watcher's threads inherit the mask and only the signalfd sees them.
+        let sigfd = bgt_signalfd_forwarded()
+        guard sigfd >= 0 else { say("cannot set up signal handling: \(String(cString: strerror(-sigfd)))"); return 1 }
+        defer { close(sigfd) }
+
+        let wake = WakePipe()
+        let latest = Mutex<ConditionSnapshot?>(nil)
+        let readsThermal = policy.rules.contains { $0.names.contains { $0.hasPrefix("thermal.") } }
+        let watch = WatchOptions(probe: options.probe, thermalIntervalMs: readsThermal ? 2000 : nil)
+        let handle = ConditionWatcher.start(watch, deliver: { u in
+            let snap = u.snapshot
+            latest.withLock { $0 = snap }
+            wake.wake()
+            return true
+        })
+        defer { handle.stop() }
+
+        let start = monotonic()
+        var machine = TaskMachine(task: options.task, enqueuedAt: start)
+        var process: TaskProcess?
+        var conditions: [String: PolicyValue]?
+        var lastDecision: Decision?
+        var lastSaid = ""
+        var budgetAt: Double?, killAt: Double?, dutyAt: Double?, monitorAt: Double?
+        var expiredByUs = false
+        var monitorSample: (wall: Double, cpu: Double)?
+
+        func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
+            observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
+                                      conditions: conditions ?? [:], exitStatus: status), task: machine.task)
+        }
+        func explain(_ d: Decision) -> String {
+            guard let m = d.matches.first else { return "no rule applies" }
+            return "\(m.reason) — rule \(m.ruleID) (\(m.location))"
+        }
+        func finish(_ status: Int32) -> Int32 {
+            process?.cleanUp()
+            state?.remove()
+            return status
+        }
+
+        func apply(_ actions: [TaskAction], _ d: Decision, now: Double) -> Int32? {
+            for a in actions {
+                switch a {
+                case .start:
+                    do {
+                        let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
+                                                      cgroupName: "\(options.task.id)-\(getpid())", allowCgroups: options.allowCgroups)
+                        process = p
+                        state?.started(pgid: p.pid, cgroup: p.mechanism == .cgroupV1 ? "\(options.task.id)-\(getpid())" : nil)
+                        let waited = now - start
+                        say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
+                        record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
+                        budgetAt = (options.budget ?? (machine.task.kind == "refresh" ? policy.settings.number("run.refresh_budget") : nil))
+                            .map { now + $0 }
+                        if options.cpuMonitor && !machine.task.cpuHeavy && !machine.task.requiresExternalPower { monitorAt = now + 1 }
+                    } catch let e as SpawnError {
+                        say(e.description)
+                        record(.failed, e.description, status: e.exitCode)
+                        return finish(e.exitCode)
+                    } catch { return finish(1) }
+                case .throttle(let pct):
+                    process?.throttle(pct)
+                    if process?.mechanism == .signals { dutyAt = now }
+                    say("throttled to \(pct)% (\(process?.mechanism.rawValue ?? "")): \(explain(d))")
+                    record(.throttled, "\(pct)%", decision: d)
+                case .unthrottle:
+                    process?.unthrottle()
+                    dutyAt = nil
+                    say("cap lifted")
+                    record(.unthrottled, "cap lifted", decision: d)
+                case .pause:
+                    process?.pause()
+                    say("paused: \(explain(d))")
+                    record(.paused, "paused", decision: d)
+                case .resume:
+                    process?.resume()
+                    if process?.cap != nil, process?.mechanism == .signals { dutyAt = now }
+                    say("resumed")
+                    record(.resumed, "resumed", decision: d)
+                case .expire(let grace):
+                    expiredByUs = true
+                    process?.thawForSignal()
+                    process?.signal(SIGTERM)
+                    dutyAt = nil
+                    killAt = now + grace
+                    say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
+                    record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
+                }
+            }
+            return nil
+        }
+
+        func evaluate(now: Double) -> Int32? {
+            guard let c = conditions else { return nil }
+            let evaluator = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+            let (d, actions) = machine.step(evaluator, now: now)
+            lastDecision = d
+            if machine.phase == .waiting, d.verdict != .run, d.verdict != .throttle {
+                let text = explain(d)
+                if text != lastSaid {
+                    lastSaid = text
+                    say("waiting: \(text)")
+                    record(.deferred, text, decision: d)
+                }
+                if options.noWait {
+                    record(.gaveUp, "--no-wait", decision: d)
+                    return finish(RunExit.tempFail)
+                }
+            }
+            return apply(actions, d, now: now)
+        }
+
+        while true {
+            let now0 = monotonic()
+            var deadlines: [Double] = [budgetAt, killAt, dutyAt, monitorAt, lastDecision?.nextChangeAt].compactMap { $0 }
+            if process == nil, let m = options.maxWait { deadlines.append(start + m) }
+            let timeout: Int32 = deadlines.min().map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
+            var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
+            _ = poll(&fds, nfds_t(fds.count), timeout)
+            let now = monotonic()
+
+            // Signals: forward to the command's group (thawed first so it can die cleanly); SIGCHLD: reap.
+            if fds[1].revents != 0 {
+                var sig = bgt_signalfd_read(sigfd)
+                while sig != 0 {
+                    if sig == SIGCHLD, let p = process {
+                        var status: Int32 = 0
+                        if waitpid(p.pid, &status, WNOHANG) == p.pid {
+                            let code = exitCode(status)
+                            machine.finished(status: code)
+                            let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
+                            say("finished (\(how))")
+                            record(.finished, how, status: code)
+                            return finish(expiredByUs ? RunExit.tempFail : code)
+                        }
+                    } else if sig != SIGCHLD {
+                        if let p = process {
+                            p.thawForSignal()
+                            p.signal(sig)
+                            record(.signalled, "forwarded signal \(sig)")
+                        } else {
+                            say("interrupted while waiting")
+                            record(.gaveUp, "signal \(sig) while waiting")
+                            return finish(128 + sig)
+                        }
+                    }
+                    sig = bgt_signalfd_read(sigfd)
+                }
+            }
+            var changed = false
+            if fds[0].revents != 0 {
+                wake.drain()
+                if let snap = latest.withLock({ $0 }) {
+                    conditions = ConditionConversion.values(snap.conditions)
+                    changed = true
+                }
+            }
+            if let t = killAt, now >= t, let p = process {
+                p.signal(SIGKILL)
+                killAt = nil
+                record(.killed, "SIGKILL after the grace period")
+            }
+            if let t = budgetAt, now >= t, !machine.isDone {
+                budgetAt = nil
+                expiredByUs = true
+                let grace = policy.settings.number("run.expire_grace")
+                process?.thawForSignal()
+                process?.signal(SIGTERM)
+                killAt = now + grace
+                say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
+                record(.expired, "budget used up")
+            }
+            if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
+            if let t = monitorAt, now >= t, let p = process {
+                monitorAt = nil
+                let external = conditions?["power.external"] ?? .null
+                if !machine.task.cpuHeavy, external == .bool(false), let cpu = p.cpuSeconds() {
+                    if let s = monitorSample, now > s.wall {
+                        let share = (cpu - s.cpu) / (now - s.wall) * 100
+                        if share > policy.settings.number("run.cpu_monitor_percent") {
+                            machine.markCPUHeavy()
+                            say("measured CPU-heavy (\(Int(share))% of a CPU on battery)")
+                            record(.cpuHeavy, "\(Int(share))% of a CPU")
+                            changed = true
+                        }
+                    }
+                    monitorSample = (now, cpu)
+                } else {
+                    monitorSample = nil
+                }
+                if !machine.task.cpuHeavy { monitorAt = now + 1 }
+            }
+            if process == nil, let m = options.maxWait, now - start >= m {
+                say("gave up waiting after \(formatDuration(m))")
+                record(.gaveUp, "--max-wait \(formatDuration(m))", decision: lastDecision)
+                return finish(RunExit.tempFail)
+            }
+            let holdDue = lastDecision?.nextChangeAt.map { now >= $0 } ?? false
+            if changed || holdDue, !machine.isDone, let code = evaluate(now: now) { return code }
+        }
+    }
+
+    func exitCode(_ status: Int32) -> Int32 {
+        let sig = status & 0x7f
+        return sig == 0 ? (status >> 8) & 0xff : 128 + sig
+    }
+}
+
+func monotonic() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+public func localTime(_ epoch: Double? = nil) -> TimeFields {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    var t = epoch.map { time_t($0) } ?? ts.tv_sec
+    var tm = tm()
+    localtime_r(&t, &tm)
+    let days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+    return TimeFields(hour: Int(tm.tm_hour), secondsSinceMidnight: Double(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec),
+                      weekday: days[Int(tm.tm_wday)])
+}
+
+public enum ConditionConversion {
+    public static func values(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] {
+        var out: [String: PolicyValue] = [:]
+        for (k, v) in pairs {
+            switch v {
+            case .null: out[k] = .null
+            case .bool(let b): out[k] = .bool(b)
+            case .number(let n): out[k] = .number(n)
+            case .string(let s): out[k] = .string(s)
+            default: out[k] = .null
+            }
+        }
+        return out
+    }
+}
