@@ -10,6 +10,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
     ],
     targets: [
         // System libraries: thin module maps over the C APIs we read the machine through.
@@ -37,8 +38,12 @@ let package = Package(
         // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
         .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "CLinux"]),
 
+        // The audit trail: every decision in SQLite (GRDB, WAL), and the story `bgtask why` tells from it.
+        .target(name: "BgtaskAudit", dependencies: ["BgtaskRun", "BgtaskPolicy", "BgtaskProbes",
+                                                    .product(name: "GRDB", package: "GRDB.swift")]),
+
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun",
+            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
@@ -51,5 +56,6 @@ let package = Package(
         .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskTestSupport"],
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
+        .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

@@ -15,6 +15,17 @@ public struct Match: Sendable, Equatable {
     public var readings: [Reading]
     public var cpuPercent: Int?
     public var grace: Double?
+
+    public init(ruleID: String, verdict: Verdict, reason: String, location: SourceLocation, readings: [Reading],
+                cpuPercent: Int? = nil, grace: Double? = nil) {
+        self.ruleID = ruleID
+        self.verdict = verdict
+        self.reason = reason
+        self.location = location
+        self.readings = readings
+        self.cpuPercent = cpuPercent
+        self.grace = grace
+    }
 }
 
 public struct Reading: Sendable, Equatable {
@@ -44,6 +55,14 @@ public struct Decision: Sendable, Equatable {
     public var pending: [PendingChange]
     /// When to evaluate again even if nothing else changes (the earliest pending hold).
     public var nextChangeAt: Double? { pending.map(\.at).min() }
+
+    public init(verdict: Verdict, cpuPercent: Int?, grace: Double?, matches: [Match], pending: [PendingChange]) {
+        self.verdict = verdict
+        self.cpuPercent = cpuPercent
+        self.grace = grace
+        self.matches = matches
+        self.pending = pending
+    }
 
     /// The reason of the deciding rule, or that none applies.
     public var reason: String { matches.first?.reason ?? "no rule applies" }

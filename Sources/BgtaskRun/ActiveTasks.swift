@@ -40,7 +40,7 @@ public final class ActiveTasks {
         var done: [String] = []
         for n in names {
             let owner = Int32(n)!
-            if owner == getpid() || kill(owner, 0) == 0 || errno == EPERM { continue }   // still running
+            if owner == getpid() || isAlive(owner) { continue }
             let path = dir + "/" + n
             let text = ProcStat.read(path) ?? ""
             let parts = text.split(separator: " ").map { String($0).trimmingCharacters(in: "\n") }
@@ -57,6 +57,13 @@ public final class ActiveTasks {
         }
         return done
     }
+}
+
+/// A zombie has exited; kill(pid, 0) still succeeds on it.
+func isAlive(_ pid: pid_t) -> Bool {
+    guard kill(pid, 0) == 0 || errno == EPERM else { return false }
+    guard let stat = ProcStat.read("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return true }
+    return !stat[stat.index(after: close)...].hasPrefix(" Z")
 }
 
 extension String {

@@ -39,6 +39,15 @@ public struct RunEvent: Sendable {
     public var decision: Decision?
     public var conditions: [String: PolicyValue]
     public var exitStatus: Int32?
+
+    public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?) {
+        self.kind = kind
+        self.monotonic = monotonic
+        self.detail = detail
+        self.decision = decision
+        self.conditions = conditions
+        self.exitStatus = exitStatus
+    }
 }
 
 public protocol RunObserver: AnyObject {
@@ -51,6 +60,7 @@ public enum RunExit {
     public static let usage: Int32 = 2
 }
 
+/// What it says on stderr has been recorded first, so the audit trail is never behind the messages.
 /// Drives one command through the scheduler core: waits (event-driven) until the policy says run,
 /// starts it, and throttles, pauses, resumes or expires it as conditions change. Everything happens on
 /// the calling thread in one poll loop; the only timers are holds, deadlines, the signal duty cycle and
@@ -98,6 +108,9 @@ public final class Runner {
         var lastSaid = ""
         var budgetAt: Double?, killAt: Double?, dutyAt: Double?, monitorAt: Double?
         var expiredByUs = false
+        // Rules that read the clock or the task's age have no event: look again each second, only if any exist.
+        let readsTime = policy.rules.contains { $0.names.contains { $0.hasPrefix("time.") || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
+        var tickAt: Double? = readsTime ? start + 1 : nil
         var monitorSample: (wall: Double, cpu: Double)?
 
         func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
@@ -124,43 +137,43 @@ public final class Runner {
                         process = p
                         state?.started(pgid: p.pid, cgroup: p.mechanism == .cgroupV1 ? "\(options.task.id)-\(getpid())" : nil)
                         let waited = now - start
-                        say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
                         record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
+                        say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
                         budgetAt = (options.budget ?? (machine.task.kind == "refresh" ? policy.settings.number("run.refresh_budget") : nil))
                             .map { now + $0 }
                         if options.cpuMonitor && !machine.task.cpuHeavy && !machine.task.requiresExternalPower { monitorAt = now + 1 }
                     } catch let e as SpawnError {
-                        say(e.description)
                         record(.failed, e.description, status: e.exitCode)
+                        say(e.description)
                         return finish(e.exitCode)
                     } catch { return finish(1) }
                 case .throttle(let pct):
                     process?.throttle(pct)
                     if process?.mechanism == .signals { dutyAt = now }
-                    say("throttled to \(pct)% (\(process?.mechanism.rawValue ?? "")): \(explain(d))")
                     record(.throttled, "\(pct)%", decision: d)
+                    say("throttled to \(pct)% (\(process?.mechanism.rawValue ?? "")): \(explain(d))")
                 case .unthrottle:
                     process?.unthrottle()
                     dutyAt = nil
-                    say("cap lifted")
                     record(.unthrottled, "cap lifted", decision: d)
+                    say("cap lifted")
                 case .pause:
                     process?.pause()
-                    say("paused: \(explain(d))")
                     record(.paused, "paused", decision: d)
+                    say("paused: \(explain(d))")
                 case .resume:
                     process?.resume()
                     if process?.cap != nil, process?.mechanism == .signals { dutyAt = now }
-                    say("resumed")
                     record(.resumed, "resumed", decision: d)
+                    say("resumed")
                 case .expire(let grace):
                     expiredByUs = true
                     process?.thawForSignal()
                     process?.signal(SIGTERM)
                     dutyAt = nil
                     killAt = now + grace
-                    say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
                     record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
+                    say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
                 }
             }
             return nil
@@ -175,8 +188,8 @@ public final class Runner {
                 let text = explain(d)
                 if text != lastSaid {
                     lastSaid = text
-                    say("waiting: \(text)")
                     record(.deferred, text, decision: d)
+                    say("waiting: \(text)")
                 }
                 if options.noWait {
                     record(.gaveUp, "--no-wait", decision: d)
@@ -188,7 +201,7 @@ public final class Runner {
 
         while true {
             let now0 = monotonic()
-            var deadlines: [Double] = [budgetAt, killAt, dutyAt, monitorAt, lastDecision?.nextChangeAt].compactMap { $0 }
+            var deadlines: [Double] = [budgetAt, killAt, dutyAt, monitorAt, tickAt, lastDecision?.nextChangeAt].compactMap { $0 }
             if process == nil, let m = options.maxWait { deadlines.append(start + m) }
             let timeout: Int32 = deadlines.min().map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
             var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
@@ -205,8 +218,8 @@ public final class Runner {
                             let code = exitCode(status)
                             machine.finished(status: code)
                             let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
-                            say("finished (\(how))")
                             record(.finished, how, status: code)
+                            say("finished (\(how))")
                             return finish(expiredByUs ? RunExit.tempFail : code)
                         }
                     } else if sig != SIGCHLD {
@@ -215,8 +228,8 @@ public final class Runner {
                             p.signal(sig)
                             record(.signalled, "forwarded signal \(sig)")
                         } else {
-                            say("interrupted while waiting")
                             record(.gaveUp, "signal \(sig) while waiting")
+                            say("interrupted while waiting")
                             return finish(128 + sig)
                         }
                     }
@@ -243,8 +256,8 @@ public final class Runner {
                 process?.thawForSignal()
                 process?.signal(SIGTERM)
                 killAt = now + grace
-                say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
                 record(.expired, "budget used up")
+                say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
             }
             if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
             if let t = monitorAt, now >= t, let p = process {
@@ -255,8 +268,8 @@ public final class Runner {
                         let share = (cpu - s.cpu) / (now - s.wall) * 100
                         if share > policy.settings.number("run.cpu_monitor_percent") {
                             machine.markCPUHeavy()
-                            say("measured CPU-heavy (\(Int(share))% of a CPU on battery)")
                             record(.cpuHeavy, "\(Int(share))% of a CPU")
+                            say("measured CPU-heavy (\(Int(share))% of a CPU on battery)")
                             changed = true
                         }
                     }
@@ -267,11 +280,15 @@ public final class Runner {
                 if !machine.task.cpuHeavy { monitorAt = now + 1 }
             }
             if process == nil, let m = options.maxWait, now - start >= m {
-                say("gave up waiting after \(formatDuration(m))")
                 record(.gaveUp, "--max-wait \(formatDuration(m))", decision: lastDecision)
+                say("gave up waiting after \(formatDuration(m))")
                 return finish(RunExit.tempFail)
             }
-            let holdDue = lastDecision?.nextChangeAt.map { now >= $0 } ?? false
+            var holdDue = lastDecision?.nextChangeAt.map { now >= $0 } ?? false
+            if let t = tickAt, now >= t {
+                holdDue = true
+                tickAt = now + 1
+            }
             if changed || holdDue, !machine.isDone, let code = evaluate(now: now) { return code }
         }
     }

@@ -11,7 +11,7 @@ struct Bgtask: ParsableCommand {
         commandName: "bgtask",
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
         version: "0.1.0",
-        subcommands: [Run.self, Status.self, Watch.self, PolicyCommand.self])
+        subcommands: [Run.self, Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self])
 
     static func main() {
         // Lines go to pipes (scripts, tests): flush each one.

@@ -1,4 +1,7 @@
 import ArgumentParser
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 
 extension Bgtask {
     struct PolicyCommand: ParsableCommand {
@@ -19,12 +22,14 @@ struct PolicyFilesOption: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Add this file as the top layer (repeatable).", valueName: "file"))
     var policy: [String] = []
 
-    /// The merged policy; exits 1 when a layer does not load, since a decision from a partial policy would mislead.
+    /// The merged policy; exits 78 (EX_CONFIG) when a layer does not load, since a decision from a
+    /// partial policy would mislead.
     func load() throws -> BgtaskPolicyBox {
         let (policy, errors) = PolicyLayers.load(PolicyLayers.files(extra: self.policy))
         if !errors.isEmpty {
             PolicyLayers.printErrors(errors)
-            throw ExitCode(1)
+            fputs("bgtask: the policy does not load; fix the file\(Set(errors.map(\.location.file)).count == 1 ? "" : "s") above (bgtask policy check)\n", stderr)
+            throw ExitCode(78)
         }
         return BgtaskPolicyBox(policy: policy)
     }

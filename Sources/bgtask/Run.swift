@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskAudit
 import BgtaskRun
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -14,7 +15,7 @@ extension Bgtask {
             Waits, without polling, until the policy's verdict is run (or throttle), starts the command in its \
             own process group, and follows every condition change. Exit status: the command's own (128+N if a \
             signal ended it); 75 when bgtask gave up waiting or expired the command; 2 for usage errors; \
-            127/126 when the command cannot be found or executed.
+            73 when the audit trail cannot be written; 127/126 when the command cannot be found or executed.
             """)
 
         @Option(name: .long, help: ArgumentHelp("A name for the task, for messages and `bgtask why` (default: the command's name).", valueName: "name"))
@@ -86,8 +87,17 @@ extension Bgtask {
             options.allowCgroups = PolicyLayers.env("BGTASK_CAP_MECHANISM") != "signals"
 
             let stateDir = StatePaths.directory
+            let audit: AuditLog
+            do {
+                audit = try StatePaths.openAudit(stateDir)
+            } catch {
+                fputs("bgtask: cannot write the audit trail in \(stateDir): \(error)\n", stderr)
+                throw ExitCode(73)   // EX_CANTCREAT
+            }
+            audit.runID = "\(task.id)-\(getpid())-\(Int(wallClock()))"
+            try? audit.prune(now: wallClock())
             for line in ActiveTasks.recover(stateDirectory: stateDir) where !quiet { fputs("bgtask: \(line)\n", stderr) }
-            let runner = Runner(options: options, policy: policy, observer: nil, state: ActiveTasks(stateDirectory: stateDir))
+            let runner = Runner(options: options, policy: policy, observer: audit, state: ActiveTasks(stateDirectory: stateDir))
             throw ExitCode(runner.run())
         }
 
@@ -107,5 +117,13 @@ enum StatePaths {
         let base = PolicyLayers.env("XDG_STATE_HOME") ?? ((PolicyLayers.env("HOME") ?? "/tmp") + "/.local/state")
         mkdir(base, 0o700)
         return base + "/bgtask"
+    }
+
+    static func openAudit(_ dir: String, readOnly: Bool = false) throws -> AuditLog {
+        if !readOnly && mkdir(dir, 0o700) != 0 && errno != EEXIST {
+            throw ValidationError("\(dir): \(String(cString: strerror(errno)))")
+        }
+        if !readOnly && access(dir, W_OK) != 0 { throw ValidationError("\(dir): \(String(cString: strerror(errno)))") }
+        return try AuditLog(path: dir + "/audit.sqlite", readOnly: readOnly)
     }
 }

@@ -15,11 +15,21 @@ final class PolicyEnv {
     }
     deinit { try? FileManager.default.removeItem(at: dir) }
 
-    var env: [String: String] {
-        Child.environment(["BGTASK_POLICY_DIR": repoRoot.appendingPathComponent("Policies").path,
-                           "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
-                           "XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
-                           "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+    var env: [String: String] { environment(preload: false) }
+
+    /// With `preload`, the umockdev testbed of this process is kept visible to the child.
+    func environment(preload: Bool, _ extra: [String: String?] = [:]) -> [String: String] {
+        var o: [String: String?] = ["BGTASK_POLICY_DIR": repoRoot.appendingPathComponent("Policies").path,
+                                    "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
+                                    "XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                                    "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path]
+        if !preload { o["LD_PRELOAD"] = .some(nil); o["UMOCKDEV_DIR"] = .some(nil) }
+        for (k, v) in extra { o[k] = v }
+        return Child.environment(o)
+    }
+
+    func userPolicy(_ name: String, _ text: String) throws {
+        try text.write(to: userDir.appendingPathComponent(name), atomically: true, encoding: .utf8)
     }
 
     func run(_ args: [String]) throws -> (Int32, String, String) {

@@ -6,6 +6,8 @@ public final class Child: @unchecked Sendable {
     private let lock = NSCondition()
     private var lines: [String] = []
     private var partial = Data()
+    private var errLines: [String] = []
+    private var errPartial = Data()
     private var closed = false
     public private(set) var stderr = ""
     private let exited = DispatchSemaphore(value: 0)
@@ -38,7 +40,15 @@ public final class Child: @unchecked Sendable {
         err.fileHandleForReading.readabilityHandler = { [weak self] h in
             let d = h.availableData
             guard let self, !d.isEmpty else { return }
-            self.lock.lock(); self.stderr += String(decoding: d, as: UTF8.self); self.lock.unlock()
+            self.lock.lock()
+            self.stderr += String(decoding: d, as: UTF8.self)
+            self.errPartial.append(d)
+            while let nl = self.errPartial.firstIndex(of: 0x0A) {
+                self.errLines.append(String(decoding: self.errPartial[self.errPartial.startIndex..<nl], as: UTF8.self))
+                self.errPartial.removeSubrange(self.errPartial.startIndex...nl)
+            }
+            self.lock.broadcast()
+            self.lock.unlock()
         }
         process.terminationHandler = { [exited] _ in exited.signal() }
         try process.run()
@@ -68,6 +78,27 @@ public final class Child: @unchecked Sendable {
             if closed { return nil }
             if !lock.wait(until: deadline) { return nil }
         }
+    }
+
+    /// The next stderr line satisfying `match`; nil at the deadline or when stdout has closed.
+    public func errorLine(within seconds: Double, where match: (String) -> Bool = { _ in true }) -> String? {
+        let deadline = Date().addingTimeInterval(seconds)
+        lock.lock()
+        defer { lock.unlock() }
+        while true {
+            while !errLines.isEmpty {
+                let l = errLines.removeFirst()
+                if match(l) { return l }
+            }
+            if !lock.wait(until: deadline) { return nil }
+        }
+    }
+
+    /// Waits for the process to exit (bounded) and returns its status, or nil.
+    public func waitExit(within seconds: Double) -> Int32? {
+        guard exited.wait(timeout: .now() + seconds) == .success else { return nil }
+        exited.signal()
+        return process.terminationStatus
     }
 
     /// SIGTERM, a grace period, then SIGKILL (upowerd, for one, may not exit on SIGTERM).

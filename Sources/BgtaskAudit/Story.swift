@@ -1,0 +1,116 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskProbes
+
+/// A run's audit entries told in plain words: what it waited for and which rule (file:line) said so,
+/// when it started and what had changed, each throttle, pause and resume, and how it ended.
+public enum Story {
+    struct RuleRef {
+        var id: String, origin: String, reason: String, readings: [(String, JSONValue)]
+    }
+
+    static func rules(_ e: AuditEntry) -> [RuleRef] {
+        guard case .array(let a)? = try? JSONValue.parse(e.rules) else { return [] }
+        return a.compactMap { r in
+            guard case .string(let id)? = r["id"], case .string(let origin)? = r["origin"], case .string(let reason)? = r["reason"] else { return nil }
+            var readings: [(String, JSONValue)] = []
+            if case .object(let kv)? = r["readings"] { readings = kv }
+            return RuleRef(id: id, origin: origin, reason: reason, readings: readings)
+        }
+    }
+
+    static func because(_ e: AuditEntry) -> String {
+        guard let r = rules(e).first else { return e.detail }
+        return "\(r.reason) — rule \(r.id) (\(r.origin))"
+    }
+
+    public static func clock(_ t: Double) -> String {
+        var secs = time_t(t)
+        var tm = tm()
+        localtime_r(&secs, &tm)
+        func p(_ v: Int32) -> String { v < 10 ? "0\(v)" : String(v) }
+        return "\(p(tm.tm_hour)):\(p(tm.tm_min)):\(p(tm.tm_sec))"
+    }
+
+    public static func human(_ seconds: Double) -> String {
+        var s = Int(seconds.rounded())
+        if s < 60 { return "\(s) s" }
+        let h = s / 3600
+        s %= 3600
+        let m = s / 60
+        if h == 0 { return "\(m) min" + (s % 60 > 0 && m < 10 ? " \(s % 60) s" : "") }
+        return "\(h) h" + (m > 0 ? " \(m) min" : "")
+    }
+
+    static func show(_ v: JSONValue) -> String {
+        if case .string(let s) = v { return s }
+        return v.rendered
+    }
+
+    /// One run (its entries in order).
+    public static func tell(_ entries: [AuditEntry]) -> String {
+        guard let first = entries.first else { return "no record" }
+        var out: [String] = []
+        let task = first.taskID
+        var lastDeferral: AuditEntry?
+        var reasons: [String] = []
+        for e in entries {
+            let at = clock(e.time)
+            switch e.event {
+            case "deferred":
+                lastDeferral = e
+                let r = because(e)
+                if !reasons.contains(r) { reasons.append(r) }
+            case "started":
+                if !reasons.isEmpty {
+                    out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".")
+                    reasons = []
+                }
+                var line = "Started \(at)"
+                if let d = lastDeferral, let rule = rules(d).first, case .object(let now)? = e.conditions.flatMap({ try? JSONValue.parse($0) }) {
+                    let changed = rule.readings.compactMap { name, before -> String? in
+                        guard let after = now.first(where: { $0.0 == name })?.1, after != before else { return nil }
+                        return "\(name) became \(show(after))"
+                    }
+                    if !changed.isEmpty { line += " when " + changed.joined(separator: " and ") }
+                }
+                out.append(line + ".")
+            case "throttled": out.append("Throttled to \(e.detail) at \(at): \(because(e)).")
+            case "unthrottled": out.append("Cap lifted at \(at).")
+            case "paused": out.append("Paused at \(at): \(because(e)).")
+            case "resumed": out.append("Resumed at \(at).")
+            case "cpu-heavy": out.append("Measured CPU-heavy at \(at) (\(e.detail)).")
+            case "expired": out.append("Expired at \(at): \(rules(e).isEmpty ? e.detail : because(e)).")
+            case "killed": out.append("Killed at \(at) (\(e.detail)).")
+            case "signalled": out.append("At \(at): \(e.detail).")
+            case "gave-up":
+                if !reasons.isEmpty { out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".") }
+                reasons = []
+                out.append("Gave up at \(at) (\(e.detail)).")
+            case "failed": out.append("Could not start at \(at): \(e.detail).")
+            case "finished": out.append("Finished \(at), \(e.detail).")
+            default: out.append("\(at) \(e.event): \(e.detail)")
+            }
+        }
+        if !reasons.isEmpty {
+            out.append("\(task) has waited \(human(wallClock() - first.time)) so far: " + reasons.joined(separator: "; then ") + ".")
+        }
+        return out.joined(separator: " ")
+    }
+
+    /// One line per task: where it stands now.
+    public static func summary(_ last: AuditEntry) -> String {
+        let at = clock(last.time)
+        switch last.event {
+        case "deferred": return "\(last.taskID): waiting since \(at): \(because(last))"
+        case "started", "resumed", "unthrottled": return "\(last.taskID): running since \(at)"
+        case "throttled": return "\(last.taskID): running, throttled to \(last.detail) since \(at): \(because(last))"
+        case "paused": return "\(last.taskID): paused since \(at): \(because(last))"
+        case "finished": return "\(last.taskID): finished \(at), \(last.detail)"
+        case "gave-up": return "\(last.taskID): gave up \(at) (\(last.detail))"
+        case "expired", "killed": return "\(last.taskID): expired \(at)"
+        default: return "\(last.taskID): \(last.event) \(at): \(last.detail)"
+        }
+    }
+}

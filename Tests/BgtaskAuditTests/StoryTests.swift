@@ -1,0 +1,65 @@
+import BgtaskAudit
+import BgtaskPolicy
+import BgtaskRun
+import Foundation
+import Testing
+
+@Suite("The audit trail")
+struct AuditTests {
+    func tempDB() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("audit-\(UUID().uuidString).sqlite").path
+    }
+
+    func decision(_ verdict: Verdict, rule: String, reason: String, readings: [Reading]) -> Decision {
+        Decision(verdict: verdict, cpuPercent: verdict == .throttle ? 25 : nil, grace: nil,
+                 matches: [Match(ruleID: rule, verdict: verdict, reason: reason,
+                                 location: SourceLocation(file: "Policies/default.toml", line: 22, column: 6),
+                                 readings: readings, cpuPercent: nil, grace: nil)],
+                 pending: [])
+    }
+
+    @Test("a run's decisions are stored with rules and readings, and told as a story")
+    func storyOfARun() throws {
+        let log = try AuditLog(path: tempDB())
+        log.runID = "backup-1"
+        let task = TaskFields(id: "backup")
+        let off: [String: PolicyValue] = ["power.external": .bool(false)]
+        let on: [String: PolicyValue] = ["power.external": .bool(true)]
+        log.record(RunEvent(kind: .deferred, monotonic: 0, detail: "waiting",
+                            decision: decision(.defer, rule: "processing.needs-power", reason: "waiting for external power",
+                                               readings: [Reading(name: "power.external", value: .bool(false))]),
+                            conditions: off, exitStatus: nil), task: task)
+        log.record(RunEvent(kind: .started, monotonic: 1, detail: "pid 1", decision: nil, conditions: on, exitStatus: nil), task: task)
+        log.record(RunEvent(kind: .throttled, monotonic: 2, detail: "25%",
+                            decision: decision(.throttle, rule: "heavy.warm", reason: "thermal fair (78 °C, x86_pkg_temp)", readings: []),
+                            conditions: on, exitStatus: nil), task: task)
+        log.record(RunEvent(kind: .finished, monotonic: 3, detail: "exit 0", decision: nil, conditions: on, exitStatus: 0), task: task)
+
+        let entries = try log.entries(task: "backup")
+        #expect(entries.map(\.event) == ["deferred", "started", "throttled", "finished"])
+        #expect(entries[0].rules.contains("\"origin\":\"Policies/default.toml:22\""))
+        #expect(entries[0].rules.contains("\"readings\":{\"power.external\":false}"))
+        let story = Story.tell(entries)
+        #expect(story.hasPrefix("backup waited "))
+        #expect(story.contains("waiting for external power — rule processing.needs-power (Policies/default.toml:22)."))
+        #expect(story.contains("Started ") && story.contains(" when power.external became true."))
+        #expect(story.contains("Throttled to 25% at ") && story.contains("rule heavy.warm ("))
+        #expect(story.hasSuffix("exit 0."))
+        #expect(Story.summary(entries.last!).hasPrefix("backup: finished "))
+    }
+
+    @Test("retention drops old entries; a reader opened read-only sees what a writer wrote")
+    func retentionAndReaders() throws {
+        let path = tempDB()
+        let log = try AuditLog(path: path)
+        let now = 2_000_000_000.0
+        for (i, age) in [40.0, 20.0, 1.0].enumerated() {
+            try log.append(AuditEntry(id: nil, time: now - age * 86_400, runID: "r\(i)", taskID: "t", event: "finished",
+                                      verdict: nil, detail: "exit 0", rules: "[]", conditions: nil, exitStatus: 0))
+        }
+        try log.prune(now: now)
+        let reader = try AuditLog(path: path, readOnly: true)
+        #expect(try reader.entries(task: "t").map(\.runID) == ["r1", "r2"])
+        #expect(try reader.latestRun(task: "t") == "r2")
+    }
+}

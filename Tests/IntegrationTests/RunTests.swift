@@ -1,0 +1,176 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// The process state letter of /proc/PID/stat (R, S, T for stopped, D, Z).
+func processState(_ pid: Int32) -> String? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return nil }
+    return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
+}
+
+func startedPID(_ line: String) -> Int32? {
+    guard let r = line.range(of: "(pid ") else { return nil }
+    return Int32(line[r.upperBound...].prefix { $0.isNumber })
+}
+
+/// No hold on the power rule, so a test need not wait the shipped 30 s.
+let immediatePowerRule = """
+[[rule]]
+id = "processing.needs-power"
+when = 'task.requires_external_power && power.external != true'
+verdict = "defer"
+reason = "waiting for external power ({power.reason})"
+"""
+
+let busyLoop = """
+import os, sys, time
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    pass
+t = os.times()
+print(f"{(t.user + t.system) / float(sys.argv[1]):.3f}")
+"""
+
+/// Which CPU-cap mechanisms this machine offers to this process.
+var capMechanisms: [String] {
+    var m = ["signals"]
+    if geteuid() == 0, access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", W_OK) == 0, access("/sys/fs/cgroup/freezer/cgroup.procs", W_OK) == 0 {
+        m.append("cgroup")
+    }
+    return m
+}
+
+extension UmockdevIntegrationTests {
+    @Test("run waits for AC, starts on the uevent, pauses when AC goes, resumes when it returns; why tells it")
+    func runFollowsTheCharger() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let env = p.environment(preload: true)
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "spin", "--requires-external-power", "--",
+                                               "sh", "-c", "while :; do :; done"], environment: env)
+        defer { run.stop() }
+        let waiting = try #require(run.errorLine(within: 10) { $0.contains("waiting:") }, "no waiting line: \(run.stderr)")
+        #expect(waiting.contains("rule processing.needs-power (") && waiting.contains("50-fast.toml:2"))
+
+        let t0 = Date()
+        tb.plug(laptop, true)
+        let started = try #require(run.errorLine(within: 3) { $0.contains("started") }, "did not start: \(run.stderr)")
+        #expect(Date().timeIntervalSince(t0) < 3)
+        let pid = try #require(startedPID(started))
+
+        tb.plug(laptop, false)
+        _ = try #require(run.errorLine(within: 3) { $0.contains("paused") }, "not paused: \(run.stderr)")
+        #expect(processState(pid) == "T")
+
+        tb.plug(laptop, true)
+        _ = try #require(run.errorLine(within: 3) { $0.contains("resumed") }, "not resumed: \(run.stderr)")
+        #expect(processState(pid) != "T")
+
+        run.process.terminate()   // SIGTERM to bgtask: forwarded to the command's group
+        let status = run.waitExit(within: 5)
+        #expect(status == Int32(128 + 15), "exit status \(String(describing: status))")
+
+        let (rc, story, _) = try Child.run(Child.bgtaskPath, ["why", "spin"], environment: p.env)
+        #expect(rc == 0)
+        #expect(story.hasPrefix("spin waited "))
+        #expect(story.contains("rule processing.needs-power (") && story.contains("50-fast.toml:2"))
+        #expect(story.contains("when power.external became true"))
+        #expect(story.contains("Paused at ") && story.contains("Resumed at "))
+        #expect(story.contains("killed by signal 15") || story.contains("exit 143"))
+    }
+
+    @Test("SIGKILL while the child is paused: the next run resumes it and the audit trail is intact", arguments: capMechanisms)
+    func crashWhilePausedIsRecovered(mechanism: String) throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-pause.toml", "[[rule]]\nid = \"pause-late\"\nwhen = 'task.running > 300ms'\nverdict = \"pause\"\n")
+        let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism])
+        // Ignoring SIGHUP: when its parent dies the kernel sends an orphaned, stopped group SIGHUP and SIGCONT.
+        let run = try Child(Child.bgtaskPath, ["run", "--id", "frozen", "--", "sh", "-c", "trap '' HUP; while :; do :; done"], environment: env)
+        let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        let pid = try #require(startedPID(started))
+        defer { kill(-pid, SIGKILL) }
+        _ = try #require(run.errorLine(within: 5) { $0.contains("paused") }, "\(run.stderr)")
+        kill(run.process.processIdentifier, SIGKILL)
+        _ = run.waitExit(within: 5)
+
+        let next = try Child.run(Child.bgtaskPath, ["run", "--id", "next", "--", "true"], environment: env)
+        #expect(next.0 == 0)
+        #expect(next.2.contains("resumed process group \(pid)"), "\(next.2)")
+        // It runs again: its CPU time grows.
+        func cpu() -> Double {
+            let f = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: ")").last?.split(separator: " ") ?? []
+            return f.count > 12 ? (Double(f[11]) ?? 0) + (Double(f[12]) ?? 0) : 0
+        }
+        let before = cpu()
+        let deadline = Date().addingTimeInterval(5)
+        while cpu() <= before && Date() < deadline { usleep(50_000) }   // waiting for the scheduler to run it
+        #expect(cpu() > before)
+        let why = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: p.env)
+        #expect(why.0 == 0)
+        #expect(why.1.contains("Paused at ") && why.1.contains("rule pause-late ("))
+    }
+}
+
+@Suite("bgtask run outside umockdev")
+struct RunCommandTests {
+    @Test("a 25 % cap holds a busy loop at 25 ± 5 % of a CPU", arguments: capMechanisms)
+    func throttleAccuracy(mechanism: String) throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-cap.toml", "[[rule]]\nid = \"cap\"\nwhen = 'task.cpu_heavy'\nverdict = \"throttle\"\ncpu_percent = 25\n")
+        let script = p.dir.appendingPathComponent("busy.py").path
+        try busyLoop.write(toFile: script, atomically: true, encoding: .utf8)
+        let (rc, out, err) = try Child.run(Child.bgtaskPath, ["run", "--cpu-heavy", "--id", "busy", "--", "python3", script, "4"],
+                                           environment: p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism]))
+        #expect(rc == 0, "\(err)")
+        #expect(err.contains(mechanism == "cgroup" ? "cgroup v1 cpu quota" : "SIGSTOP/SIGCONT"))
+        let share = try #require(Double(out.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(share >= 0.20 && share <= 0.30, "\(mechanism): got \(share)")
+    }
+
+    @Test("bad input: each a clear message and its documented exit code")
+    func badInput() throws {
+        let p = try PolicyEnv()
+        let unknown = try p.run(["run", "--frobnicate", "--", "true"])
+        #expect(unknown.0 == 2 && unknown.2.contains("Unknown option '--frobnicate'"))
+        let empty = try p.run(["run"])
+        #expect(empty.0 == 2 && empty.2.contains("no command given"))
+        let notFound = try p.run(["run", "--", "/nonexistent/command"])
+        #expect(notFound.0 == 127 && notFound.2.contains("cannot run /nonexistent/command: No such file or directory"))
+        try p.userPolicy("bad.toml", "[[rule]]\nid = \"x\"\nwhen = 'battery.pct < 5'\nverdict = \"pause\"\n")
+        let badPolicy = try p.run(["run", "--", "true"])
+        #expect(badPolicy.0 == 78)
+        #expect(badPolicy.2.contains("bad.toml:3:9: in 'when' of rule 'x': unknown name 'battery.pct'"))
+        try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("bad.toml"))
+        let unwritable = try Child.run(Child.bgtaskPath, ["run", "--", "true"],
+                                       environment: p.environment(preload: false, ["BGTASK_STATE_DIR": "/etc/passwd/state"]))
+        #expect(unwritable.0 == 73 && unwritable.2.contains("cannot write the audit trail in /etc/passwd/state"))
+        let ok = try p.run(["run", "--", "sh", "-c", "exit 7"])
+        #expect(ok.0 == 7)
+    }
+
+    @Test("--no-wait and --max-wait give up with 75 and the reason, and say so in why")
+    func givingUp() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-never.toml", "[[rule]]\nid = \"never\"\nwhen = 'task.id == \"blocked\"'\nverdict = \"defer\"\nreason = \"not today\"\n")
+        let now = try p.run(["run", "--id", "blocked", "--no-wait", "--", "true"])
+        #expect(now.0 == 75 && now.2.contains("waiting: not today — rule never ("))
+        let later = try p.run(["run", "--id", "blocked", "--max-wait", "300ms", "--", "true"])
+        #expect(later.0 == 75 && later.2.contains("gave up waiting after 300ms"))
+        let why = try p.run(["why", "blocked"])
+        #expect(why.1.contains("blocked waited ") && why.1.contains("not today — rule never (") && why.1.contains("Gave up at "))
+        let list = try p.run(["why"])
+        #expect(list.1.contains("blocked: gave up"))
+    }
+
+    @Test("--budget expires a command that runs too long: SIGTERM, and 75")
+    func budgetExpires() throws {
+        let p = try PolicyEnv()
+        let r = try p.run(["run", "--id", "long", "--budget", "300ms", "--", "sleep", "30"])
+        #expect(r.0 == 75)
+        #expect(r.2.contains("budget used up"))
+    }
+}
