@@ -53,7 +53,8 @@ static inline int bgt_signalfd_read(int fd) {
 }
 
 /* Spawns argv[0] (searched in PATH) in a new process group with the signal mask and dispositions
- * reset; with idle != 0, in the SCHED_IDLE class. Returns the pid or -errno. */
+ * reset; with idle != 0, then moved to the SCHED_IDLE class (glibc's posix_spawnattr_setschedpolicy
+ * accepts only OTHER, FIFO and RR, so the parent sets it right after the spawn). Returns the pid or -errno. */
 static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) {
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -63,18 +64,16 @@ static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) 
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
     posix_spawnattr_setpgroup(&attr, 0);
-    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-    if (idle) {
-        struct sched_param sp = { .sched_priority = 0 };
-        posix_spawnattr_setschedpolicy(&attr, 5 /* SCHED_IDLE, a _GNU_SOURCE name */);
-        posix_spawnattr_setschedparam(&attr, &sp);
-        flags |= POSIX_SPAWN_SETSCHEDULER;
-    }
-    posix_spawnattr_setflags(&attr, flags);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid = -1;
     int rc = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
-    return rc == 0 ? pid : -rc;
+    if (rc != 0) return -rc;
+    if (idle) {
+        struct sched_param sp = { .sched_priority = 0 };
+        sched_setscheduler(pid, 5 /* SCHED_IDLE, a _GNU_SOURCE name */, &sp);
+    }
+    return pid;
 }
 
 /* Idle I/O class for a process group (ioprio_set(IOPRIO_WHO_PGRP, pgid, IOPRIO_CLASS_IDLE)). */

@@ -2,12 +2,16 @@ import BgtaskTestSupport
 import Foundation
 import Testing
 
-/// The process state letter of /proc/PID/stat (R, S, T for stopped, D, Z).
-func processState(_ pid: Int32) -> String? {
+/// Field N (1-based, as in proc(5)) of /proc/PID/stat.
+func statField(_ pid: Int32, _ n: Int) -> String? {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
           let close = stat.lastIndex(of: ")") else { return nil }
-    return stat[stat.index(close, offsetBy: 2)...].split(separator: " ").first.map(String.init)
+    let f = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+    return f.indices.contains(n - 3) ? String(f[n - 3]) : nil
 }
+
+/// The process state letter (R, S, T for stopped, D, Z).
+func processState(_ pid: Int32) -> String? { statField(pid, 3) }
 
 func startedPID(_ line: String) -> Int32? {
     guard let r = line.range(of: "(pid ") else { return nil }
@@ -61,6 +65,9 @@ extension UmockdevIntegrationTests {
         let started = try #require(run.errorLine(within: 3) { $0.contains("started") }, "did not start: \(run.stderr)")
         #expect(Date().timeIntervalSince(t0) < 3)
         let pid = try #require(startedPID(started))
+        // Background work: SCHED_IDLE (policy 5) and nice 10.
+        #expect(statField(pid, 41) == "5")
+        #expect(statField(pid, 19) == "10")
 
         tb.plug(laptop, false)
         _ = try #require(run.errorLine(within: 3) { $0.contains("paused") }, "not paused: \(run.stderr)")
@@ -81,6 +88,22 @@ extension UmockdevIntegrationTests {
         #expect(story.contains("when power.external became true"))
         #expect(story.contains("Paused at ") && story.contains("Resumed at "))
         #expect(story.contains("killed by signal 15") || story.contains("exit 143"))
+    }
+
+    @Test("the CPU monitor marks undeclared heavy work on battery, and the rules for CPU-heavy work then apply")
+    func cpuMonitorMarksHeavyWork() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        tb.addLaptop(acOnline: false)
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "hog", "--", "sh", "-c", "while :; do :; done"],
+                            environment: p.environment(preload: true))
+        defer { run.stop() }
+        _ = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        let measured = try #require(run.errorLine(within: 5) { $0.contains("measured CPU-heavy") }, "\(run.stderr)")
+        #expect(measured.contains("% of a CPU on battery"))
+        let throttled = try #require(run.errorLine(within: 3) { $0.contains("throttled to 25%") }, "\(run.stderr)")
+        #expect(throttled.contains("rule heavy.on-battery ("))
     }
 
     @Test("SIGKILL while the child is paused: the next run resumes it and the audit trail is intact", arguments: capMechanisms)
@@ -164,6 +187,18 @@ struct RunCommandTests {
         #expect(why.1.contains("blocked waited ") && why.1.contains("not today — rule never (") && why.1.contains("Gave up at "))
         let list = try p.run(["why"])
         #expect(list.1.contains("blocked: gave up"))
+    }
+
+    @Test("bgtask log prints decisions as they are made")
+    func logFollows() throws {
+        let p = try PolicyEnv()
+        _ = try p.run(["run", "--id", "first", "--", "true"])
+        let log = try Child(Child.bgtaskPath, ["log", "-n", "5"], environment: p.env)
+        defer { log.stop() }
+        _ = try #require(log.line(within: 5) { $0.contains("first finished") }, "\(log.stderr)")
+        _ = try p.run(["run", "--id", "second", "--", "sh", "-c", "exit 3"])
+        let line = try #require(log.line(within: 10) { $0.contains("second finished") }, "no live line")
+        #expect(line.contains("exit 3"))
     }
 
     @Test("--budget expires a command that runs too long: SIGTERM, and 75")
