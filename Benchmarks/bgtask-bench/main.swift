@@ -181,3 +181,56 @@ for (label, withZone) in [("no thermal zone", false), ("a thermal zone, 2 s poll
     print(String(format: "| idle `bgtask watch` wake-ups per minute (%@) | %.0f s | %.1f | |", label, idleSeconds,
                  Double(after - before) * 60 / idleSeconds))
 }
+
+// 5. `bgtask run --requires-external-power`: charger uevent → the waiting command's first instruction,
+//    and wake-ups of a run that waits while nothing changes.
+do {
+    let stamp = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-stamp").path
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-\(getpid())")
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
+    // The shipped rule waits 30 s after the charger returns (hold_off); this measures the mechanism, not the hold.
+    try "[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n"
+        .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
+    // After each testbed is made: umockdev keeps it in this process's environment.
+    func env() -> [String: String] {
+        Child.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                           "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                           "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path])
+    }
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: false)
+    var xs: [Double] = []
+    for _ in 0..<toggles / 2 {
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", stamp], environment: env())
+        guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
+        let t0 = now()
+        tb.plug(laptop, true, batteryStatus: "Charging")
+        guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
+        xs.append(Double(first - t0) / 1_000_000)
+        _ = run.waitExit(within: 5)
+        tb.plug(laptop, false)
+    }
+    row("charger uevent → waiting command's first instruction (`bgtask run`)", xs, unit: "ms")
+
+    // Waiting on battery with nothing changing; the default policy reads thermal.*, so zones mean a 2 s poll.
+    for (label, withZone) in [("no thermal zone", false), ("a thermal zone: the default policy reads thermal.*", true)] {
+        let tb2 = Testbed()
+        tb2.add("power_supply", "AC", attributes: ["type": "Mains", "online": "0"])
+        tb2.add("power_supply", "BAT0", attributes: ["type": "Battery", "status": "Discharging", "energy_now": "30000000",
+                                                     "energy_full": "60000000", "present": "1"])
+        if withZone {
+            tb2.add("thermal", "thermal_zone0", attributes: ["type": "x86_pkg_temp", "temp": "50000",
+                                                             "trip_point_0_temp": "85000", "trip_point_0_type": "passive"])
+        }
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", "true"], environment: env())
+        guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait") }
+        let pid = run.process.processIdentifier
+        let before = wakeups(pid: pid)
+        Thread.sleep(forTimeInterval: idleSeconds)
+        let after = wakeups(pid: pid)
+        run.stop()
+        print(String(format: "| waiting `bgtask run` wake-ups per minute (%@) | %.0f s | %.1f | |", label, idleSeconds,
+                     Double(after - before) * 60 / idleSeconds))
+    }
+    try? FileManager.default.removeItem(at: dir)
+}
