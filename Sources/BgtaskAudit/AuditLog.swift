@@ -103,7 +103,13 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public func append(_ e: AuditEntry) throws {
         var e = e
         try db.write { try e.insert($0) }
+        // Followers (`bgtask log`) watch this file: it changes only after the commit is visible, unlike
+        // the WAL, whose frames are written before SQLite publishes the commit in its mmap'd index.
+        let fd = open(changedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
     }
+
+    public var changedPath: String { path + ".changed" }
 
     // MARK: RunObserver
 
@@ -152,15 +158,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     }
 }
 
-func json(_ v: PolicyValue) -> JSONValue {
-    switch v {
-    case .null: return .null
-    case .bool(let b): return .bool(b)
-    case .number(let n), .duration(let n): return .number(n)
-    case .string(let s): return .string(s)
-    case .list(let l): return .array(l.map(json))
-    }
-}
+func json(_ v: PolicyValue) -> JSONValue { ConditionConversion.json(v) }
 
 public func wallClock() -> Double {
     var ts = timespec()

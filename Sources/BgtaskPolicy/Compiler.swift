@@ -266,7 +266,8 @@ public func parseDuration(_ s: String) -> Double? {
 }
 
 extension String {
-    func trimmingCharacters(in set: Character) -> String {
+    /// Drops a character from both ends (Foundation's version takes a CharacterSet and Foundation).
+    public func trimmingCharacters(in set: Character) -> String {
         var t = Substring(self)
         while t.first == set { t.removeFirst() }
         while t.last == set { t.removeLast() }

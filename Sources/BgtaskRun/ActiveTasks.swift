@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskPolicy
 
 /// What each `bgtask run` has started, on disk (`<state>/active/<bgtask pid>`: the process group and
 /// the cgroup), so that a later run can undo what a killed one left behind: a frozen cgroup, a quota,
@@ -66,11 +67,3 @@ func isAlive(_ pid: pid_t) -> Bool {
     return !stat[stat.index(after: close)...].hasPrefix(" Z")
 }
 
-extension String {
-    func trimmingCharacters(in c: Character) -> String {
-        var t = Substring(self)
-        while t.first == c { t.removeFirst() }
-        while t.last == c { t.removeLast() }
-        return String(t)
-    }
-}

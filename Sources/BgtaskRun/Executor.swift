@@ -28,6 +28,10 @@ public final class TaskProcess {
     public private(set) var cap: Int?
     /// The duty cycle's state, when capping with signals.
     var dutyStopped = false
+    /// Share of each period the group runs; corrected every half second toward the cap from the CPU time it
+    /// really got, since a loaded machine (or a late wake-up of ours) makes an open-loop cycle undershoot.
+    var onFraction = 0.0
+    var feedback: (wall: Double, cpu: Double)?
 
     /// Spawns in a new process group; background work gets SCHED_IDLE, nice 10 and the idle I/O class.
     public static func spawn(_ argv: [String], background: Bool, cgroupName: String, allowCgroups: Bool = true) throws -> TaskProcess {
@@ -72,6 +76,8 @@ public final class TaskProcess {
     /// Caps CPU at `percent` of one CPU. With signals, `dutyCycle(now:)` must be called at the times it returns.
     public func throttle(_ percent: Int) {
         cap = percent
+        onFraction = Double(percent) / 100
+        feedback = nil
         cgroups?.quota(percent)
     }
 
@@ -88,14 +94,22 @@ public final class TaskProcess {
     public func dutyCycle(now: Double) -> Double? {
         guard mechanism == .signals, let c = cap, !paused else { return nil }
         let period = 0.1
+        if let f = feedback, now - f.wall >= 0.5, let cpu = cpuSeconds() {
+            let share = (cpu - f.cpu) / (now - f.wall)
+            let target = Double(c) / 100
+            onFraction = min(1, max(target / 4, onFraction + (target - share)))
+            feedback = (now, cpu)
+        } else if feedback == nil, let cpu = cpuSeconds() {
+            feedback = (now, cpu)
+        }
         if dutyStopped {
             dutyStopped = false
             signal(SIGCONT)
-            return now + period * Double(c) / 100
+            return now + period * onFraction
         } else {
             dutyStopped = true
             signal(SIGSTOP)
-            return now + period * Double(100 - c) / 100
+            return now + period * (1 - onFraction)
         }
     }
 

@@ -316,18 +316,31 @@ public func localTime(_ epoch: Double? = nil) -> TimeFields {
                       weekday: days[Int(tm.tm_wday)])
 }
 
+/// Between the probes' JSON values and the policy's values: the one place the two meet.
 public enum ConditionConversion {
     public static func values(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] {
         var out: [String: PolicyValue] = [:]
-        for (k, v) in pairs {
-            switch v {
-            case .null: out[k] = .null
-            case .bool(let b): out[k] = .bool(b)
-            case .number(let n): out[k] = .number(n)
-            case .string(let s): out[k] = .string(s)
-            default: out[k] = .null
-            }
-        }
+        for (k, v) in pairs { out[k] = value(v) }
         return out
+    }
+
+    public static func value(_ v: JSONValue) -> PolicyValue {
+        switch v {
+        case .null, .object: return .null
+        case .bool(let b): return .bool(b)
+        case .number(let n): return .number(n)
+        case .string(let s): return .string(s)
+        case .array(let a): return .list(a.map(value))
+        }
+    }
+
+    public static func json(_ v: PolicyValue) -> JSONValue {
+        switch v {
+        case .null: return .null
+        case .bool(let b): return .bool(b)
+        case .number(let n), .duration(let n): return .number(n)
+        case .string(let s): return .string(s)
+        case .list(let l): return .array(l.map(json))
+        }
     }
 }

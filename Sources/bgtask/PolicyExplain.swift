@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskRun
 
 extension Bgtask.PolicyCommand {
     struct Explain: ParsableCommand {
@@ -106,15 +107,7 @@ enum ExplainOutput {
         return out.joined(separator: "\n")
     }
 
-    static func value(_ v: PolicyValue) -> JSONValue {
-        switch v {
-        case .null: return .null
-        case .bool(let b): return .bool(b)
-        case .number(let n), .duration(let n): return .number(n)
-        case .string(let s): return .string(s)
-        case .list(let l): return .array(l.map(value))
-        }
-    }
+    static func value(_ v: PolicyValue) -> JSONValue { ConditionConversion.json(v) }
 
     static func readingsJSON(_ rs: [Reading]) -> JSONValue { .object(rs.map { ($0.name, value($0.value)) }) }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskRun
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -144,41 +145,11 @@ enum TaskSpec {
     }
 }
 
-extension String {
-    func trimmingCharacters(in c: Character) -> String {
-        var t = Substring(self)
-        while t.first == c { t.removeFirst() }
-        while t.last == c { t.removeLast() }
-        return String(t)
-    }
-}
 
 enum ConditionValues {
-    static func from(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] {
-        var out: [String: PolicyValue] = [:]
-        for (k, v) in pairs { out[k] = policyValue(v) }
-        return out
-    }
+    static func from(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] { ConditionConversion.values(pairs) }
 
-    static func policyValue(_ v: JSONValue) -> PolicyValue {
-        switch v {
-        case .null: return .null
-        case .bool(let b): return .bool(b)
-        case .number(let n): return .number(n)
-        case .string(let s): return .string(s)
-        case .array(let a): return .list(a.map(policyValue))
-        case .object: return .null
-        }
-    }
-
-    static func localTime(_ epoch: Double) -> TimeFields {
-        var t = time_t(epoch)
-        var tm = tm()
-        localtime_r(&t, &tm)
-        let days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-        return TimeFields(hour: Int(tm.tm_hour), secondsSinceMidnight: Double(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec),
-                          weekday: days[Int(tm.tm_wday)])
-    }
+    static func localTime(_ epoch: Double) -> TimeFields { BgtaskRun.localTime(epoch) }
 
     static func now() -> Double {
         var ts = timespec()

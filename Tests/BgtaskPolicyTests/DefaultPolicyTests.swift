@@ -1,6 +1,7 @@
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskRun
 import BgtaskTestSupport
 import Foundation
 import Testing
@@ -138,15 +139,7 @@ func recordedTrace() throws -> [TraceRecord] {
     try String(contentsOf: tracePath, encoding: .utf8).split(separator: "\n").map { line in
         let json = try JSONValue.parse(String(line))
         guard case .string(let ts)? = json["time"], case .object(let flat)? = json["conditions"] else { throw TestFailure("bad line") }
-        var c: [String: PolicyValue] = [:]
-        for (k, v) in flat {
-            switch v {
-            case .bool(let b): c[k] = .bool(b)
-            case .number(let n): c[k] = .number(n)
-            case .string(let s): c[k] = .string(s)
-            default: c[k] = .null
-            }
-        }
+        let c = ConditionConversion.values(flat)
         // Seconds within the day are enough here: the trace spans minutes.
         let parts = ts.dropFirst(11).prefix(12).split(separator: ":")
         let t = Double(parts[0])! * 3600 + Double(parts[1])! * 60 + Double(parts[2])!

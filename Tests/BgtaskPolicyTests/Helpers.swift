@@ -1,5 +1,6 @@
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskRun
 
 func policy(_ text: String, path: String = "test.toml") throws -> Policy {
     switch PolicyFile.parse(text, path: path) {
@@ -26,19 +27,7 @@ func rule(_ when: String, extra: String = "") throws -> Policy {
     """)
 }
 
-func conditionValues(_ s: ConditionSnapshot) -> [String: PolicyValue] {
-    var out: [String: PolicyValue] = [:]
-    for (k, v) in s.conditions {
-        switch v {
-        case .null: out[k] = .null
-        case .bool(let b): out[k] = .bool(b)
-        case .number(let n): out[k] = .number(n)
-        case .string(let t): out[k] = .string(t)
-        default: break
-        }
-    }
-    return out
-}
+func conditionValues(_ s: ConditionSnapshot) -> [String: PolicyValue] { ConditionConversion.values(s.conditions) }
 
 extension Policy {
     func verdict(_ conditions: [String: PolicyValue], _ task: TaskFields = TaskFields(id: "t"),

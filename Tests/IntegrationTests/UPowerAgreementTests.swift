@@ -97,7 +97,7 @@ extension UmockdevIntegrationTests {
         tb.plug(laptop, false)
         // Both readings change; they may arrive in one line or two, in either order.
         var seen: [String: Any] = [:]
-        let deadline = Date().addingTimeInterval(5)
+        let deadline = Date().addingTimeInterval(15)
         while seen.count < 2, Date() < deadline, let line = watch.line(within: deadline.timeIntervalSinceNow, where: {
             $0.contains("\"power.external\"") || $0.contains("\"upower.on_battery\"")
         }) {
