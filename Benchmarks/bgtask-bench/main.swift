@@ -172,14 +172,18 @@ for (label, withZone) in [("no thermal zone", false), ("a thermal zone, 2 s poll
     }
     let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus"])
     guard watch.line(within: 10) != nil else { fatalError("watch did not start") }
-    let pid = watch.process.processIdentifier
+    idleRow("idle `bgtask watch` wake-ups per minute (\(label))", watch)
+}
+
+/// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
+func idleRow(_ name: String, _ child: Child) {
+    let pid = child.process.processIdentifier
     let before = wakeups(pid: pid)
     // Measuring idleness is the one place a fixed wait is the point.
     Thread.sleep(forTimeInterval: idleSeconds)
     let after = wakeups(pid: pid)
-    watch.stop()
-    print(String(format: "| idle `bgtask watch` wake-ups per minute (%@) | %.0f s | %.1f | |", label, idleSeconds,
-                 Double(after - before) * 60 / idleSeconds))
+    child.stop()
+    print(String(format: "| %@ | %.0f s | %.1f | |", name, idleSeconds, Double(after - before) * 60 / idleSeconds))
 }
 
 // 5. `bgtask run --requires-external-power`: charger uevent → the waiting command's first instruction,
@@ -224,13 +228,7 @@ do {
         }
         let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", "true"], environment: env())
         guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait") }
-        let pid = run.process.processIdentifier
-        let before = wakeups(pid: pid)
-        Thread.sleep(forTimeInterval: idleSeconds)
-        let after = wakeups(pid: pid)
-        run.stop()
-        print(String(format: "| waiting `bgtask run` wake-ups per minute (%@) | %.0f s | %.1f | |", label, idleSeconds,
-                     Double(after - before) * 60 / idleSeconds))
+        idleRow("waiting `bgtask run` wake-ups per minute (\(label))", run)
     }
     try? FileManager.default.removeItem(at: dir)
 }
