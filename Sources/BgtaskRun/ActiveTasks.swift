@@ -18,9 +18,10 @@ public final class ActiveTasks {
         file = dir + "/\(getpid())"
     }
 
-    public func started(pgid: pid_t, cgroup: String?) {
+    /// `cgroup`: "-", "v1 NAME" or "v2 DIRECTORY".
+    public func started(pgid: pid_t, cgroup: String) {
         guard let f = fopen(file, "w") else { return }
-        fputs("\(pgid) \(cgroup ?? "-")\n", f)
+        fputs("\(pgid) \(cgroup)\n", f)
         fflush(f)
         fsync(fileno(f))
         fclose(f)
@@ -46,9 +47,14 @@ public final class ActiveTasks {
             let text = ProcStat.read(path) ?? ""
             let parts = text.split(separator: " ").map { String($0).trimmingCharacters(in: "\n") }
             if let pgid = parts.first.flatMap({ Int32($0) }), pgid > 1 {
-                if parts.count > 1, parts[1] != "-" {
-                    CgroupV1(cpu: CgroupV1.root + "/cpu/bgtask/" + parts[1], freezer: CgroupV1.root + "/freezer/bgtask/" + parts[1]).quota(nil)
-                    CgroupV1(cpu: CgroupV1.root + "/cpu/bgtask/" + parts[1], freezer: CgroupV1.root + "/freezer/bgtask/" + parts[1]).remove()
+                if parts.count > 2, parts[1] == "v1" {
+                    let c = CgroupV1(cpu: CgroupV1.root + "/cpu/bgtask/" + parts[2], freezer: CgroupV1.root + "/freezer/bgtask/" + parts[2])
+                    c.quota(nil)
+                    c.remove()
+                } else if parts.count > 2, parts[1] == "v2" {
+                    let c = CgroupV2(directory: parts[2])
+                    c.quota(nil)
+                    c.remove()
                 }
                 if kill(-pgid, SIGCONT) == 0 {
                     done.append("resumed process group \(pgid), left by bgtask \(owner) which is gone")

@@ -3,12 +3,47 @@
 #endif
 import CLinux
 
-/// How a task's CPU is capped and its process tree frozen, best first: a cgroup v1 `cpu` quota and
-/// `freezer` (as root), else SIGSTOP/SIGCONT of the process group (a duty cycle for a cap, as BOINC and
-/// cpulimit do). cgroup v2 (`cpu.max`, `cgroup.freeze` in a delegated subtree) is not done yet.
+/// How a task's CPU is capped and its process tree frozen, best first: cgroup v2 `cpu.max` and
+/// `cgroup.freeze` in a delegated subtree, else a cgroup v1 `cpu` quota and `freezer` (as root), else
+/// SIGSTOP/SIGCONT of the process group (a duty cycle for a cap, as BOINC and cpulimit do).
 public enum CapMechanism: String, Sendable {
+    case cgroupV2 = "cgroup v2 cpu.max + cgroup.freeze"
     case cgroupV1 = "cgroup v1 cpu quota + freezer"
     case signals = "SIGSTOP/SIGCONT of the process group"
+
+    /// `BGTASK_CAP_MECHANISM`: `signals`, `cgroup-v1` or `cgroup-v2` to insist on one (tests, debugging).
+    public static func preference(_ s: String?) -> CapMechanism? {
+        switch s { case "signals": return .signals; case "cgroup-v1", "cgroup": return .cgroupV1; case "cgroup-v2": return .cgroupV2; default: return nil }
+    }
+}
+
+/// The cgroup a task was put in, of either version.
+enum TaskCgroup {
+    case v1(CgroupV1)
+    case v2(CgroupV2)
+
+    func quota(_ p: Int?) { switch self { case .v1(let c): c.quota(p); case .v2(let c): c.quota(p) } }
+    func freeze(_ on: Bool) { switch self { case .v1(let c): c.freeze(on); case .v2(let c): c.freeze(on) } }
+    func usageNanoseconds() -> UInt64? { switch self { case .v1(let c): return c.usageNanoseconds(); case .v2(let c): return c.usageNanoseconds() } }
+    func remove() { switch self { case .v1(let c): c.remove(); case .v2(let c): c.remove() } }
+
+    /// For the crash-recovery record: kind and where.
+    var record: String {
+        switch self {
+        case .v1(let c): return "v1 " + String(c.cpu.split(separator: "/").last ?? "")
+        case .v2(let c): return "v2 " + c.directory
+        }
+    }
+
+    /// Picks the best the machine offers (or the one preferred) and moves the process in.
+    static func make(for pid: pid_t, name: String, prefer: CapMechanism?) -> TaskCgroup? {
+        if prefer == nil || prefer == .cgroupV2, let (root, own) = CgroupV2.locate(),
+           let base = CgroupV2.delegated(root: root, own: own), let c = CgroupV2.create(under: base, name: name, pid: pid) {
+            return .v2(c)
+        }
+        if prefer == nil || prefer == .cgroupV1, let c = CgroupV1.create(name: name, pid: pid) { return .v1(c) }
+        return nil
+    }
 }
 
 public struct SpawnError: Error, CustomStringConvertible {
@@ -23,7 +58,7 @@ public struct SpawnError: Error, CustomStringConvertible {
 public final class TaskProcess {
     public let pid: pid_t
     public let mechanism: CapMechanism
-    let cgroups: CgroupV1?
+    let cgroups: TaskCgroup?
     public private(set) var paused = false
     public private(set) var cap: Int?
     /// The duty cycle's state, when capping with signals.
@@ -34,7 +69,7 @@ public final class TaskProcess {
     var feedback: (wall: Double, cpu: Double)?
 
     /// Spawns in a new process group; background work gets SCHED_IDLE, nice 10 and the idle I/O class.
-    public static func spawn(_ argv: [String], background: Bool, cgroupName: String, allowCgroups: Bool = true) throws -> TaskProcess {
+    public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil) throws -> TaskProcess {
         let cargv = argv.map { strdup($0) } + [nil]
         var env: [UnsafeMutablePointer<CChar>?] = []
         var e = environ
@@ -48,15 +83,22 @@ public final class TaskProcess {
             _ = bgt_ioprio_idle(pid)
         }
         // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
-        let cg = allowCgroups ? CgroupV1.create(name: cgroupName, pid: pid) : nil
+        let cg = prefer == .signals ? nil : TaskCgroup.make(for: pid, name: cgroupName, prefer: prefer)
         return TaskProcess(pid: pid, cgroups: cg)
     }
 
-    init(pid: pid_t, cgroups: CgroupV1?) {
+    init(pid: pid_t, cgroups: TaskCgroup?) {
         self.pid = pid
         self.cgroups = cgroups
-        mechanism = cgroups == nil ? .signals : .cgroupV1
+        switch cgroups {
+        case .v2?: mechanism = .cgroupV2
+        case .v1?: mechanism = .cgroupV1
+        case nil: mechanism = .signals
+        }
     }
+
+    /// What the crash-recovery record keeps of its cgroup ("-" for none).
+    public var cgroupRecord: String { cgroups?.record ?? "-" }
 
     /// Signals the whole process group (the command and what it started).
     public func signal(_ sig: Int32) { kill(-pid, sig) }
@@ -151,6 +193,19 @@ enum ProcStat {
         return found ? total : nil
     }
 
+    /// A whole small file (several lines).
+    static func readAll(_ path: String) -> String? {
+        guard let f = fopen(path, "r") else { return nil }
+        defer { fclose(f) }
+        var out = ""
+        var buf = [CChar](repeating: 0, count: 1024)
+        while fgets(&buf, Int32(buf.count), f) != nil {
+            out += String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return out
+    }
+
+    /// The first line of a file.
     static func read(_ path: String) -> String? {
         guard let f = fopen(path, "r") else { return nil }
         defer { fclose(f) }
@@ -207,7 +262,7 @@ final class CgroupV1 {
 
     @discardableResult
     static func write(_ path: String, _ value: String) -> Bool {
-        let fd = open(path, O_WRONLY | O_CLOEXEC)
+        let fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC)   // as `echo VALUE > FILE` does
         guard fd >= 0 else { return false }
         defer { close(fd) }
         return Glibc.write(fd, value, value.utf8.count) == value.utf8.count

@@ -17,8 +17,8 @@ public struct RunOptions: Sendable {
     public var probe: ProbeOptions
     /// Measure CPU use and mark undeclared heavy work (off for tasks that require external power, as on iOS).
     public var cpuMonitor = true
-    /// False forces SIGSTOP/SIGCONT even where cgroups are available (BGTASK_CAP_MECHANISM=signals).
-    public var allowCgroups = true
+    /// Insist on one mechanism (BGTASK_CAP_MECHANISM); nil picks the best the machine offers.
+    public var mechanism: CapMechanism?
 
     public init(argv: [String], task: TaskFields, probe: ProbeOptions) {
         self.argv = argv
@@ -133,9 +133,9 @@ public final class Runner {
                 case .start:
                     do {
                         let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
-                                                      cgroupName: "\(options.task.id)-\(getpid())", allowCgroups: options.allowCgroups)
+                                                      cgroupName: "\(options.task.id)-\(getpid())", prefer: options.mechanism)
                         process = p
-                        state?.started(pgid: p.pid, cgroup: p.mechanism == .cgroupV1 ? "\(options.task.id)-\(getpid())" : nil)
+                        state?.started(pgid: p.pid, cgroup: p.cgroupRecord)
                         let waited = now - start
                         record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
                         say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")

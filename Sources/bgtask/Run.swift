@@ -84,7 +84,7 @@ extension Bgtask {
             options.budget = budget.flatMap(parseDuration)
             options.quiet = quiet
             options.cpuMonitor = !requiresExternalPower
-            options.allowCgroups = PolicyLayers.env("BGTASK_CAP_MECHANISM") != "signals"
+            options.mechanism = CapMechanism.preference(PolicyLayers.env("BGTASK_CAP_MECHANISM"))
 
             let stateDir = StatePaths.directory
             let audit: AuditLog
