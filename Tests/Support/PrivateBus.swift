@@ -52,6 +52,18 @@ public final class UPowerDaemon {
             "SYSTEMD_DEVICE_VERIFY_SYSFS": "0",
         ]))
         try bus.waitForName("org.freedesktop.UPower")
+        // upowerd owns its name before it has enumerated devices and set up its udev monitor; a uevent
+        // sent in between is lost. There is no signal for "coldplug done", so ask until devices are listed.
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let (_, out, _) = try Child.run("/usr/bin/gdbus", ["call", "--system", "--dest", "org.freedesktop.UPower",
+                                                               "--object-path", "/org/freedesktop/UPower",
+                                                               "--method", "org.freedesktop.UPower.EnumerateDevices"],
+                                            environment: bus.environment(["LD_PRELOAD": nil]))
+            if out.contains("/org/freedesktop/UPower/devices/") { return }
+            usleep(100_000)
+        }
+        throw TestbedError(message: "upowerd listed no devices within 15 s")
     }
 
     public func stop() {
