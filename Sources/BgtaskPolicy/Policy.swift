@@ -130,22 +130,4 @@ extension Policy {
         return s
     }
 
-    public func taskValues(_ t: TaskFields) -> [PolicyValue] {
-        slots.taskNames.map { name in
-            switch name {
-            case "task.id": return .string(t.id)
-            case "task.kind": return .string(t.kind)
-            case "task.requires_external_power": return .bool(t.requiresExternalPower)
-            case "task.requires_network": return .bool(t.requiresNetwork)
-            case "task.requires_unmetered": return .bool(t.requiresUnmetered)
-            case "task.cpu_heavy": return .bool(t.cpuHeavy)
-            case "task.user_initiated": return .bool(t.userInitiated)
-            case "task.waited": return .duration(t.waited)
-            case "task.waited_s": return .number(t.waited)
-            case "task.running": return .duration(t.running)
-            case "task.running_s": return .number(t.running)
-            default: return .null
-            }
-        }
-    }
 }

@@ -10,8 +10,6 @@ public struct ConditionUpdate: Sendable {
     public var changes: [ConditionChange]
     public var initial: Bool
     public var trigger: String
-    /// CLOCK_MONOTONIC when the triggering event was received, for latency measurements.
-    public var receivedAtNanos: UInt64
 }
 
 public struct WatchOptions: Sendable {
@@ -133,19 +131,18 @@ final class WatchEngine: @unchecked Sendable {
         var zoneStates: [String: ThermalState] = [:]
         var differ = ConditionDiffer()
 
-        func emit(trigger: String, at: UInt64, initial: Bool) {
+        func emit(trigger: String, initial: Bool) {
             let snap = ConditionSnapshot.assemble(
                 supplies: supplies, zones: zones, previousZoneStates: zoneStates, links: links,
                 routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: options.probe)
             zoneStates = snap.zoneStates
             let changes = differ.changes(to: snap.conditions)
             if initial || !changes.isEmpty {
-                let more = deliver(ConditionUpdate(snapshot: snap, changes: changes, initial: initial,
-                                                   trigger: trigger, receivedAtNanos: at))
+                let more = deliver(ConditionUpdate(snapshot: snap, changes: changes, initial: initial, trigger: trigger))
                 if !more { stop() }
             }
         }
-        emit(trigger: "start", at: monotonicNanos(), initial: true)
+        emit(trigger: "start", initial: true)
 
         var nextThermal: UInt64?
         func scheduleThermal() {
@@ -208,7 +205,7 @@ final class WatchEngine: @unchecked Sendable {
                 links = reader.networkLinks(routes: routeList)
             }
             if powerDirty || thermalDirty || netDirty || dbusDirty {
-                emit(trigger: triggers.joined(separator: ", "), at: at, initial: false)
+                emit(trigger: triggers.joined(separator: ", "), initial: false)
             }
         }
         finished()

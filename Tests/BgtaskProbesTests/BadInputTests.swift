@@ -142,3 +142,22 @@ struct JSONTests {
         #expect(v.rendered == #"{"a":"q\"\\\n\u0001","b":42,"c":4.5,"d":null}"#)
     }
 }
+
+@Suite("The watcher as an AsyncSequence")
+struct WatcherStreamTests {
+    @Test("updates(_:) yields the current state first, and ending the loop stops the watcher")
+    func asyncStreamYieldsInitialState() async throws {
+        let tree = try FixtureTree.load("laptop-node-exporter.umockdev")
+        defer { tree.remove() }
+        var first: ConditionUpdate?
+        for await u in ConditionWatcher.updates(WatchOptions(probe: tree.options(), thermalIntervalMs: nil)) {
+            first = u
+            break
+        }
+        let u = try #require(first)
+        #expect(u.initial)
+        #expect(u.trigger == "start")
+        #expect(u.snapshot.power.external == false)
+        #expect(u.changes.contains { $0.path == "battery.percent" && $0.new == .number(81.2) })
+    }
+}
