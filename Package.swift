@@ -32,18 +32,22 @@ let package = Package(
         // The policy language: parse, type-check, evaluate, explain. No I/O: text in, decisions out.
         .target(name: "BgtaskPolicy", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
 
+        // Configuration shared by the CLI and the daemon: policy layers (and the built-in default), state
+        // and runtime directories by the XDG rules, and the ownership checks on them.
+        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProbes"]),
+
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
         .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy"]),
 
         // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
-        .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "CLinux"]),
+        .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskConfig", "CLinux"]),
 
         // The audit trail: every decision in SQLite (GRDB, WAL), and the story `bgtask why` tells from it.
-        .target(name: "BgtaskAudit", dependencies: ["BgtaskRun", "BgtaskPolicy", "BgtaskProbes",
+        .target(name: "BgtaskAudit", dependencies: ["BgtaskRun", "BgtaskPolicy", "BgtaskProbes", "BgtaskConfig",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit",
+            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
@@ -54,10 +58,10 @@ let package = Package(
 
         .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
                     exclude: ["Fixtures"]),
-        .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"],
+        .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskRun", "BgtaskConfig", "BgtaskTestSupport"],
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
-        .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun"]),
+        .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

@@ -3,6 +3,7 @@
 #endif
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskConfig
 import BgtaskRun
 import GRDB
 
@@ -45,9 +46,17 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
     public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
 }
 
+/// A problem with the audit database, naming it.
+public struct AuditError: Error, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public var description: String { "\(path): \(message)" }
+}
+
 /// The audit trail: `$XDG_STATE_HOME/bgtask/audit.sqlite` (or `/var/lib/bgtask` for root), in WAL
 /// mode with full sync, so what was written survives the process being killed. Bounded: entries older
-/// than `retentionDays` and any beyond `maxEntries` are deleted when a run starts.
+/// than `retentionDays` and any beyond `maxEntries` are deleted when a run starts. A `task` table keeps
+/// each task's latest entry, so `why` and `log` read what they show, not the whole history.
 public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
@@ -55,8 +64,13 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public static let maxEntries = 100_000
     public var runID = ""
 
+    /// Opens (creating if absent) the database at `path`, whose directory the caller has checked
+    /// (`SecureDirectory`). A file that is a link, not ours, not SQLite, or an SQLite database of
+    /// something else is refused before anything is written to it.
     public init(path: String, readOnly: Bool = false) throws {
         self.path = path
+        do { try SecureDirectory.checkFile(path) } catch { throw AuditError(path: path, message: error.message) }
+        try AuditLog.checkOwnership(path)
         var config = Configuration()
         config.readonly = readOnly
         config.busyMode = .timeout(5)
@@ -66,8 +80,54 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
                 try db.execute(sql: "PRAGMA synchronous = FULL")
             }
         }
-        db = try DatabaseQueue(path: path, configuration: config)
-        if !readOnly { try migrator.migrate(db) }
+        do {
+            db = try DatabaseQueue(path: path, configuration: config)
+            if !readOnly {
+                // Many first runs at once must not all create the tables: one migrates, the others wait.
+                try AuditLog.withLock(path + ".lock") { try migrator.migrate(db) }
+            }
+        } catch let e as AuditError {
+            throw e
+        } catch {
+            throw AuditError(path: path, message: "\(error)")
+        }
+    }
+
+    /// Before the first write: an existing, non-empty file must be an SQLite database whose tables are ours.
+    static func checkOwnership(_ path: String) throws {
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_size > 0 else { return }
+        guard case .success(let head) = FileIO.readBytes(path, limit: 16, noFollow: true) else {
+            throw AuditError(path: path, message: "cannot be read: \(String(cString: strerror(errno)))")
+        }
+        guard head.count >= 16, Array(head.prefix(16)) == Array("SQLite format 3\0".utf8) else {
+            throw AuditError(path: path, message: "is not an SQLite database (not bgtask's audit trail); refusing to touch it")
+        }
+        var config = Configuration()
+        config.readonly = true
+        config.busyMode = .timeout(5)
+        let tables: [String]
+        do {
+            let q = try DatabaseQueue(path: path, configuration: config)
+            tables = try q.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+        } catch {
+            throw AuditError(path: path, message: "cannot be read as a database: \(error)")
+        }
+        let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
+        if !tables.isEmpty && (!tables.contains("decision") || !Set(tables).isSubset(of: ours)) {
+            throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
+        }
+    }
+
+    static func withLock<T>(_ lockPath: String, _ body: () throws -> T) throws -> T {
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw AuditError(path: lockPath, message: String(cString: strerror(errno))) }
+        defer { close(fd) }
+        while flock(fd, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw AuditError(path: lockPath, message: "flock: \(String(cString: strerror(errno)))") }
+        }
+        defer { flock(fd, LOCK_UN) }
+        return try body()
     }
 
     var migrator: DatabaseMigrator {
@@ -88,6 +148,15 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             try db.create(index: "decision_task_time", on: "decision", columns: ["task_id", "time"])
             try db.create(index: "decision_run", on: "decision", columns: ["run_id"])
         }
+        // Each task's latest entry, kept on every append: `why` without an id reads this, not the history.
+        m.registerMigration("v2 task index") { db in
+            try db.execute(sql: """
+                CREATE TABLE task (task_id TEXT PRIMARY KEY NOT NULL, last_id INTEGER NOT NULL, last_time DOUBLE NOT NULL);
+                INSERT INTO task (task_id, last_id, last_time) SELECT task_id, MAX(id), MAX(time) FROM decision GROUP BY task_id;
+                CREATE INDEX task_last ON task (last_id);
+                CREATE INDEX decision_task_id ON decision (task_id, id);
+                """)
+        }
         return m
     }
 
@@ -97,15 +166,24 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             try db.execute(sql: """
                 DELETE FROM decision WHERE id <= (SELECT id FROM decision ORDER BY id DESC LIMIT 1 OFFSET ?)
                 """, arguments: [AuditLog.maxEntries])
+            if db.changesCount > 0 {
+                try db.execute(sql: "DELETE FROM task WHERE NOT EXISTS (SELECT 1 FROM decision WHERE decision.id = task.last_id)")
+            }
         }
     }
 
     public func append(_ e: AuditEntry) throws {
         var e = e
-        try db.write { try e.insert($0) }
+        try db.write { db in
+            try e.insert(db)
+            try db.execute(sql: """
+                INSERT INTO task (task_id, last_id, last_time) VALUES (?, ?, ?)
+                ON CONFLICT (task_id) DO UPDATE SET last_id = excluded.last_id, last_time = excluded.last_time
+                """, arguments: [e.taskID, db.lastInsertedRowID, e.time])
+        }
         // Followers (`bgtask log`) watch this file: it changes only after the commit is visible, unlike
         // the WAL, whose frames are written before SQLite publishes the commit in its mmap'd index.
-        let fd = open(changedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        let fd = open(changedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         if fd >= 0 { close(fd) }
     }
 
@@ -120,7 +198,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         })
         let keepConditions = [.started, .resumed, .unthrottled].contains(event.kind)
         let entry = AuditEntry(
-            id: nil, time: wallClock(), runID: runID, taskID: task.id, event: event.kind.rawValue,
+            id: nil, time: wallClock(), runID: event.runID ?? runID, taskID: task.id, event: event.kind.rawValue,
             verdict: event.decision?.verdict.rawValue, detail: event.detail, rules: rules.rendered,
             conditions: keepConditions ? JSONValue.object(event.conditions.sorted { $0.key < $1.key }.map { ($0.key, json($0.value)) }).rendered : nil,
             exitStatus: event.exitStatus)
@@ -141,6 +219,19 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
+    /// The last `n` entries, oldest first (the tail, read from the end: the table may hold 100,000).
+    public func tail(_ n: Int) throws -> [AuditEntry] {
+        guard n > 0 else { return [] }
+        return try db.read { db in
+            try AuditEntry.fetchAll(db, sql: "SELECT * FROM decision ORDER BY id DESC LIMIT ?", arguments: [n]).reversed()
+        }
+    }
+
+    /// The newest entry's id (0 when empty).
+    public func lastID() throws -> Int64 {
+        try db.read { try Int64.fetchOne($0, sql: "SELECT MAX(id) FROM decision") ?? 0 }
+    }
+
     /// The latest run of a task (its id), or nil.
     public func latestRun(task: String) throws -> String? {
         try db.read { db in
@@ -148,12 +239,12 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
-    /// The last entry of each task since a time, newest first.
-    public func latestPerTask(since: Double) throws -> [AuditEntry] {
+    /// The last entry of each task since a time, newest first, at most `limit` tasks (from the `task` table).
+    public func latestPerTask(since: Double, limit: Int = Int.max) throws -> [AuditEntry] {
         try db.read { db in
             try AuditEntry.fetchAll(db, sql: """
-                SELECT * FROM decision WHERE id IN (SELECT MAX(id) FROM decision WHERE time >= ? GROUP BY task_id) ORDER BY id DESC
-                """, arguments: [since])
+                SELECT d.* FROM task t JOIN decision d ON d.id = t.last_id WHERE t.last_time >= ? ORDER BY t.last_id DESC LIMIT ?
+                """, arguments: [since, min(limit, Int(Int32.max))])
         }
     }
 }

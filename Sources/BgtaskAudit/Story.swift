@@ -89,6 +89,11 @@ public enum Story {
                 reasons = []
                 out.append("Gave up at \(at) (\(e.detail)).")
             case "failed": out.append("Could not start at \(at): \(e.detail).")
+            case "lost":
+                if !reasons.isEmpty { out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".") }
+                reasons = []
+                out.append("At \(at) its supervisor was found gone: \(e.detail).")
+            case "recovered": out.append("Recovery at \(at) \(e.detail).")
             case "finished": out.append("Finished \(at), \(e.detail).")
             default: out.append("\(at) \(e.event): \(e.detail)")
             }
@@ -110,6 +115,8 @@ public enum Story {
         case "finished": return "\(last.taskID): finished \(at), \(last.detail)"
         case "gave-up": return "\(last.taskID): gave up \(at) (\(last.detail))"
         case "expired", "killed": return "\(last.taskID): expired \(at)"
+        case "lost": return "\(last.taskID): supervisor gone (found \(at)): \(last.detail)"
+        case "recovered": return "\(last.taskID): supervisor gone; recovery at \(at) \(last.detail)"
         default: return "\(last.taskID): \(last.event) \(at): \(last.detail)"
         }
     }

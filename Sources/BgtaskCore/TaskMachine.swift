@@ -55,6 +55,13 @@ public struct TaskMachine: Sendable {
 
     public mutating func finished(status: Int32) { phase = .finished(status: status) }
 
+    /// Expiry has begun outside a verdict (the budget ran out, the user asked): from now on nothing can
+    /// pause or freeze the task, so the SIGKILL after the grace always finds it able to die.
+    public mutating func beginExpiry() {
+        if case .finished = phase { return }
+        phase = .expired
+    }
+
     /// Evaluates the policy at `now` and returns what must change.
     public mutating func step(_ evaluator: Policy.Evaluator, now: Double) -> (Decision, [TaskAction]) {
         if let s = startedAt {

@@ -15,9 +15,12 @@ public struct Match: Sendable, Equatable {
     public var readings: [Reading]
     public var cpuPercent: Int?
     public var grace: Double?
+    /// Set while a hold keeps the rule in effect after its condition cleared: when it lets go. The reason
+    /// then says so, instead of repeating a cause that is gone.
+    public var heldUntil: Double?
 
     public init(ruleID: String, verdict: Verdict, reason: String, location: SourceLocation, readings: [Reading],
-                cpuPercent: Int? = nil, grace: Double? = nil) {
+                cpuPercent: Int? = nil, grace: Double? = nil, heldUntil: Double? = nil) {
         self.ruleID = ruleID
         self.verdict = verdict
         self.reason = reason
@@ -25,6 +28,7 @@ public struct Match: Sendable, Equatable {
         self.readings = readings
         self.cpuPercent = cpuPercent
         self.grace = grace
+        self.heldUntil = heldUntil
     }
 }
 
@@ -73,6 +77,8 @@ extension Policy {
     public final class Evaluator {
         public let policy: Policy
         let frame: Frame
+        /// How an instant of `now`'s clock reads in a message ("16:40:32"); by default, how far off it is.
+        public var timeLabel: (_ instant: Double, _ now: Double) -> String = { t, now in "in \(formatDuration(max(0, t - now)))" }
 
         /// Verdicts of the rules that read only a task's flags and kind, per task signature.
         var bySignature: [UInt16: (verdict: Verdict, candidates: [Int])] = [:]
@@ -89,6 +95,7 @@ extension Policy {
             policy.fillTask(task, into: frame)
             var active: [Rule] = []
             var pending: [PendingChange] = []
+            var held: [String: Double] = [:]
             for rule in policy.rules {
                 let raw = Policy.matches(rule, frame)
                 var h = hold[rule.id] ?? RuleHold(active: raw, changingSince: nil)
@@ -102,12 +109,14 @@ extension Policy {
                     } else {
                         h.changingSince = since
                         pending.append(PendingChange(ruleID: rule.id, becomesActive: raw, at: since + need))
+                        if h.active { held[rule.id] = since + need }
                     }
                 }
                 if hold[rule.id] != h { hold[rule.id] = h }
                 if h.active { active.append(rule) }
             }
-            return policy.decision(active: active, pending: pending, frame: frame)
+            return policy.decision(active: active, pending: pending, frame: frame, held: held,
+                                   label: { [timeLabel] in timeLabel($0, now) })
         }
 
         /// Without history or holds: what the rules say this instant.
@@ -136,10 +145,14 @@ extension Policy {
                 entry = (v, candidates)
                 bySignature[sig] = entry
             }
+            var v = entry.verdict
             for i in entry.candidates where Policy.matches(policy.perTask[i], frame) {
-                return policy.perTask[i].verdict
+                v = policy.perTask[i].verdict
+                break
             }
-            return entry.verdict
+            // The task's own requirements hold whatever the rules say.
+            if v < .defer, !policy.unmetRequirements(task, frame).isEmpty { v = .defer }
+            return v
         }
 
         var currentFrame: Frame { frame }
@@ -152,19 +165,32 @@ extension Policy {
         }
     }
 
-    func decision(active: [Rule], pending: [PendingChange], frame: Frame) -> Decision {
+    func decision(active: [Rule], pending: [PendingChange], frame: Frame, held: [String: Double] = [:],
+                  label: (Double) -> String = { "at \(formatDuration($0))" }) -> Decision {
         let sorted = active.enumerated().sorted { a, b in
             a.element.verdict != b.element.verdict ? a.element.verdict > b.element.verdict : a.offset < b.offset
         }.map(\.element)
-        let matches = sorted.map { rule in
-            Match(ruleID: rule.id, verdict: rule.verdict, reason: fill(rule, frame), location: rule.location,
-                  readings: rule.names.map { Reading(name: $0, value: value(of: $0, frame)) },
-                  cpuPercent: rule.cpuPercent, grace: rule.grace)
+        var matches = sorted.map { rule in
+            let readings = rule.names.map { Reading(name: $0, value: value(of: $0, frame)) }
+            var reason = fill(rule, frame)
+            if let until = held[rule.id] {
+                reason = Policy.heldReason(rule, readings: readings, until: label(until))
+            }
+            return Match(ruleID: rule.id, verdict: rule.verdict, reason: reason, location: rule.location,
+                         readings: readings, cpuPercent: rule.cpuPercent, grace: rule.grace, heldUntil: held[rule.id])
         }
-        let verdict = sorted.first?.verdict ?? .run
-        let cpu = verdict == .throttle ? sorted.filter { $0.verdict == .throttle }.compactMap(\.cpuPercent).min() : nil
+        // The task's own requirements (`--requires-external-power` …) hold even with every rule removed or
+        // disabled; a rule in effect that already reads the requirement speaks for it.
+        let covered = Set(sorted.filter { $0.verdict >= .defer }.flatMap(\.names))
+        let unmet = unmetRequirements(frame).filter { !covered.contains($0.flag) }
+        matches += unmet.map { r in
+            Match(ruleID: r.flag, verdict: .defer, reason: r.reason, location: Policy.builtInLocation, readings: r.readings)
+        }
+        matches.sort { $0.verdict > $1.verdict }   // stable: rules keep their order within a verdict
+        let verdict = matches.first?.verdict ?? .run
+        let cpu = verdict == .throttle ? matches.filter { $0.verdict == .throttle }.compactMap(\.cpuPercent).min() : nil
         let grace = verdict == .expire
-            ? (sorted.filter { $0.verdict == .expire }.compactMap(\.grace).min() ?? settings.number("run.expire_grace")) : nil
+            ? (matches.filter { $0.verdict == .expire }.compactMap(\.grace).min() ?? settings.number("run.expire_grace")) : nil
         return Decision(verdict: verdict, cpuPercent: cpu, grace: grace, matches: matches, pending: pending)
     }
 
@@ -184,5 +210,61 @@ extension Policy {
                 return v == .null ? "unknown" : v.description
             }
         }.joined()
+    }
+}
+
+/// A requirement the task itself states, checked whatever the rules say.
+struct UnmetRequirement {
+    var flag: String
+    var reason: String
+    var readings: [Reading]
+}
+
+extension Policy {
+    /// Where built-in checks say they come from (`policy explain`, `why`).
+    public static let builtInLocation = SourceLocation(file: "built-in", line: 0, column: 0)
+
+    func unmetRequirements(_ task: TaskFields, _ frame: Frame) -> [UnmetRequirement] {
+        fillTask(task, into: frame)
+        return unmetRequirements(frame)
+    }
+
+    /// `task.requires_external_power` and power.external not true; `task.requires_network` and not online;
+    /// `task.requires_unmetered` and metered — an unknown reading does not satisfy a requirement, except
+    /// "metered" whose unknown is the common case (no NetworkManager) and is taken as not metered.
+    func unmetRequirements(_ frame: Frame) -> [UnmetRequirement] {
+        func v(_ n: String) -> PolicyValue { value(of: n, frame) }
+        func r(_ n: String) -> Reading { Reading(name: n, value: v(n)) }
+        var out: [UnmetRequirement] = []
+        if v("task.requires_external_power") == .bool(true), v("power.external") != .bool(true) {
+            let why = v("power.reason") == .null ? "power.external is unknown" : v("power.reason").description
+            out.append(UnmetRequirement(flag: "task.requires_external_power", reason: "waiting for external power (\(why))",
+                                        readings: [r("task.requires_external_power"), r("power.external")]))
+        }
+        if v("task.requires_network") == .bool(true), v("network.online") != .bool(true) {
+            out.append(UnmetRequirement(flag: "task.requires_network",
+                                        reason: v("network.online") == .null ? "waiting for the network (online state unknown)" : "waiting for the network",
+                                        readings: [r("task.requires_network"), r("network.online")]))
+        }
+        if v("task.requires_unmetered") == .bool(true), v("network.metered") == .bool(true) {
+            out.append(UnmetRequirement(flag: "task.requires_unmetered",
+                                        reason: "waiting for an unmetered network (\(v("network.interface") == .null ? "the network" : v("network.interface").description) is metered)",
+                                        readings: [r("task.requires_unmetered"), r("network.metered")]))
+        }
+        return out
+    }
+
+    /// A rule kept in effect by its hold after its condition cleared: what changed, and when it lets go.
+    static func heldReason(_ rule: Rule, readings: [Reading], until: String) -> String {
+        let now = readings.filter { !$0.name.hasPrefix("task.") && !$0.name.hasPrefix("time.") && !PolicySettings.defaults.keys.contains($0.name) && $0.name != "power.reason" }
+            .map { "\($0.name) = \($0.value == .null ? "unknown" : $0.value.literal)" }
+        let what = now.isEmpty ? "its condition no longer holds" : "its condition cleared (now \(now.joined(separator: ", ")))"
+        let hold = rule.holdOff > 0 ? "hold_off \(formatDuration(rule.holdOff))" : "hold"
+        // The reason as written, its readings left out: filled in now, they would contradict the hold.
+        let was = rule.template.isEmpty ? (rule.reason ?? rule.when) : rule.template.map { part -> String in
+            if case .text(let t) = part { return t }
+            return "…"
+        }.joined()
+        return "\(what); held until \(until) unless it changes again (\(hold)); was: \(was)"
     }
 }

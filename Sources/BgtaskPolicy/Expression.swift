@@ -68,6 +68,9 @@ struct Lexer {
                 total += n * scale
                 sawUnit = true
             }
+            guard total.isFinite, total <= maxDuration else {
+                throw ExpressionError(message: "duration too long: at most 3650d", span: span())
+            }
             return (.duration(total), span())
         }
         if c == "\"" || c == "'" {
@@ -141,13 +144,23 @@ public indirect enum Expr: Sendable {
 }
 
 /// Recursive descent, CEL's precedence: `||` < `&&` < comparisons and `in` < unary `!` `-` < primary.
+/// Bounded, so no expression can exhaust the stack of the parser, the type checker or the evaluator
+/// (all recursive): at most `maxOperators` operators and `maxDepth` levels of nesting.
 struct Parser {
     var lexer: Lexer
     var token: Token = .end
     var span = Span(start: 0, end: 0)
     var depth = 0
+    var operators = 0
+
+    static let maxOperators = 256
+    static let maxDepth = 64
+    static let maxLength = 8192
 
     static func parse(_ text: String) throws(ExpressionError) -> Expr {
+        if text.count > maxLength {
+            throw ExpressionError(message: "expression too long: \(text.count) characters, at most \(maxLength)", span: Span(start: 0, end: 1))
+        }
         var p = Parser(lexer: Lexer(text))
         try p.advance()
         if p.token == .end { throw ExpressionError(message: "empty expression", span: p.span) }
@@ -157,6 +170,19 @@ struct Parser {
     }
 
     mutating func advance() throws(ExpressionError) { (token, span) = try lexer.next() }
+
+    /// Counts an operator; past the bound, a clear error instead of a stack overflow later.
+    mutating func countOperator() throws(ExpressionError) {
+        operators += 1
+        if operators > Parser.maxOperators {
+            throw ExpressionError(message: "expression too complex: more than \(Parser.maxOperators) operators; split it into several rules", span: span)
+        }
+    }
+
+    mutating func enter() throws(ExpressionError) {
+        depth += 1
+        if depth > Parser.maxDepth { throw ExpressionError(message: "expression nested too deeply (more than \(Parser.maxDepth) levels)", span: span) }
+    }
 
     func describe(_ t: Token) -> String {
         switch t {
@@ -178,6 +204,7 @@ struct Parser {
     mutating func or() throws(ExpressionError) -> Expr {
         var left = try and()
         while token == .op("||") {
+            try countOperator()
             try advance()
             let right = try and()
             left = .binary("||", left, right, Span(start: left.span.start, end: right.span.end))
@@ -188,6 +215,7 @@ struct Parser {
     mutating func and() throws(ExpressionError) -> Expr {
         var left = try comparison()
         while token == .op("&&") {
+            try countOperator()
             try advance()
             let right = try comparison()
             left = .binary("&&", left, right, Span(start: left.span.start, end: right.span.end))
@@ -203,6 +231,7 @@ struct Parser {
         if case .op(let o) = token, Parser.comparisons.contains(o) { op = o }
         if token == .keyword("in") { op = "in" }
         guard let o = op else { return left }
+        try countOperator()
         try advance()
         let right = try unary()
         if case .op(let o2) = token, Parser.comparisons.contains(o2) {
@@ -213,12 +242,18 @@ struct Parser {
 
     mutating func unary() throws(ExpressionError) -> Expr {
         let start = span.start
+        if token == .op("!") || token == .op("-") {
+            try countOperator()
+            try enter()
+        }
         if token == .op("!") {
+            defer { depth -= 1 }
             try advance()
             let e = try unary()
             return .not(e, Span(start: start, end: e.span.end))
         }
         if token == .op("-") {
+            defer { depth -= 1 }
             try advance()
             let e = try unary()
             return .negate(e, Span(start: start, end: e.span.end))
@@ -227,9 +262,8 @@ struct Parser {
     }
 
     mutating func primary() throws(ExpressionError) -> Expr {
-        depth += 1
+        try enter()
         defer { depth -= 1 }
-        if depth > 64 { throw ExpressionError(message: "expression nested too deeply", span: span) }
         let s = span
         switch token {
         case .string(let v): try advance(); return .literal(.string(v), s)

@@ -12,8 +12,52 @@ public struct PolicyFile: Sendable {
                            "when_unknown", "enabled"]
     static let sections = ["battery", "thermal", "run", "rule"]
 
+    /// A file's bytes as text: valid UTF-8 with no NUL or other control character but tab, CR and newline
+    /// (TOML allows no others, and a NUL would end the text for the C++ parser, silently dropping the rest).
+    public static func text(_ bytes: [UInt8], path: String) -> Result<String, PolicyErrors> {
+        var line = 1, column = 1, i = 0
+        func fail(_ what: String) -> Result<String, PolicyErrors> {
+            let lineText = bytes.split(separator: 0x0A, omittingEmptySubsequences: false)
+            let shown = lineText.indices.contains(line - 1) ? String(decoding: lineText[line - 1].map { $0 < 0x20 || $0 == 0x7F ? 0x3F : $0 }, as: UTF8.self) : nil
+            return .failure(PolicyErrors([PolicyError(location: SourceLocation(file: path, line: line, column: column),
+                                                      message: what, sourceLine: shown)]))
+        }
+        while i < bytes.count {
+            let b = bytes[i]
+            if b == 0x0A { line += 1; column = 1; i += 1; continue }
+            if b < 0x20 && b != 0x09 && b != 0x0D || b == 0x7F {
+                return fail(b == 0 ? "a NUL byte: not a text file (the rest of the file would be lost)"
+                                   : "control character \\u{\(String(b, radix: 16))} is not allowed in a policy file")
+            }
+            // One UTF-8 sequence: its length from the lead byte, then continuation bytes (no overlongs, no surrogates).
+            var n = 0
+            var lo: UInt8 = 0x80, hi: UInt8 = 0xBF
+            switch b {
+            case 0x00...0x7F: n = 0
+            case 0xC2...0xDF: n = 1
+            case 0xE0: n = 2; lo = 0xA0
+            case 0xE1...0xEC, 0xEE...0xEF: n = 2
+            case 0xED: n = 2; hi = 0x9F
+            case 0xF0: n = 3; lo = 0x90
+            case 0xF1...0xF3: n = 3
+            case 0xF4: n = 3; hi = 0x8F
+            default: return fail("invalid UTF-8 (byte 0x\(String(b, radix: 16)))")
+            }
+            for k in 1...max(1, n) where n > 0 {
+                guard i + k < bytes.count else { return fail("invalid UTF-8 (truncated sequence at the end of the file)") }
+                let c = bytes[i + k]
+                let (l, h) = k == 1 ? (lo, hi) : (UInt8(0x80), UInt8(0xBF))
+                guard c >= l && c <= h else { return fail("invalid UTF-8 (byte 0x\(String(b, radix: 16)) 0x\(String(c, radix: 16)))") }
+            }
+            i += n + 1
+            column += 1
+        }
+        return .success(String(decoding: bytes, as: UTF8.self))
+    }
+
     /// Parses and checks a file's text; every problem found is returned, each with file:line:column.
     public static func parse(_ text: String, path: String, schema: Schema = .standard) -> Result<PolicyFile, PolicyErrors> {
+        if case .failure(let e) = PolicyFile.text(Array(text.utf8), path: path) { return .failure(e) }
         let src = SourceIndex(path: path, text: text)
         if let e = malformedHeader(src) { return .failure(PolicyErrors([e])) }
         let table: TOMLTable
@@ -75,8 +119,9 @@ public struct PolicyFile: Sendable {
                         errors.append(src.error("\(key) must be a number\(name.hasSuffix("_percent") ? " from 0 to 100" : " from 0 to 200")", line: at.line, column: at.column))
                     }
                 case .duration:
-                    if let s = v.string, let d = parseDuration(s), d >= 0 { settings[name] = (.duration(d), loc) }
-                    else { errors.append(src.error("\(key) must be a duration string such as \"10s\"", line: at.line, column: at.column)) }
+                    let limit = PolicySettings.maxDuration[name] ?? 86_400
+                    if let s = v.string, let d = parseDuration(s), d >= 0, d <= limit { settings[name] = (.duration(d), loc) }
+                    else { errors.append(src.error("\(key) must be a duration string from \"0s\" to \"\(formatDuration(limit))\"", line: at.line, column: at.column)) }
                 default: break
                 }
             }

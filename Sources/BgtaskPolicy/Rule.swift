@@ -12,8 +12,9 @@ public struct SourceLocation: Sendable, Equatable, CustomStringConvertible {
     public var file: String
     public var line: Int
     public var column: Int
-    public var description: String { "\(file):\(line)" }
-    public var full: String { "\(file):\(line):\(column)" }
+    /// `file:line`; a built-in check (line 0) is just its name.
+    public var description: String { line == 0 ? file : "\(file):\(line)" }
+    public var full: String { line == 0 ? file : "\(file):\(line):\(column)" }
 
     public init(file: String, line: Int, column: Int) {
         self.file = file

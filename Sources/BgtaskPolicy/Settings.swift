@@ -20,6 +20,9 @@ public struct PolicySettings: Sendable, Equatable {
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
     ]
 
+    /// Upper bounds of the duration settings: a grace or a budget of years would leave work running for ever.
+    public static let maxDuration: [String: Double] = ["run.expire_grace": 3600, "run.refresh_budget": 86_400]
+
     public func number(_ name: String) -> Double {
         if case .number(let n)? = values[name] { return n }
         if case .duration(let d)? = values[name] { return d }

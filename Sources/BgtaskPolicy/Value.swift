@@ -28,11 +28,18 @@ public enum PolicyValue: Sendable, Equatable, CustomStringConvertible {
 
 func formatNumber(_ n: Double) -> String {
     if n == n.rounded() && abs(n) < 1e15 { return String(Int64(n)) }
+    guard n.isFinite, abs(n) < 1e15 else { return String(n) }
     let r = (n * 100).rounded() / 100
     return String(r)
 }
 
+/// The longest duration the language accepts anywhere (ten years): beyond it, arithmetic on instants
+/// loses meaning and formatting could trap.
+public let maxDuration: Double = 3650 * 86_400
+
 public func formatDuration(_ seconds: Double) -> String {
+    // Durations are bounded where they are read (maxDuration); this keeps a message from trapping regardless.
+    guard seconds.isFinite, abs(seconds) < 1e15 else { return "\(seconds)s" }
     if seconds < 1 && seconds > 0 { return "\(Int((seconds * 1000).rounded()))ms" }
     var s = Int(seconds.rounded())
     if s == 0 { return "0s" }

@@ -122,13 +122,18 @@ public enum PowerAnalysis {
             return (b, s, why)
         }
         let battery = combine(states, thresholds: thresholds)
-        let power = external(states: states, chargers: chargers, online: online)
+        let upses = supplies.filter { $0.kind == .ups && $0.present != false }
+        let power = external(states: states, chargers: chargers, online: online, upses: upses)
         return (power, battery)
     }
 
     static func external(states: [(PowerSupply, BatteryReading.State, String?)],
-                         chargers: [PowerSupply], online: [PowerSupply]) -> PowerReading {
+                         chargers: [PowerSupply], online: [PowerSupply], upses: [PowerSupply] = []) -> PowerReading {
         func attr(_ s: PowerSupply, _ a: String) -> String { "\(s.path)/\(a)" }
+        // A UPS running on its battery means the mains are gone, whatever else the machine says.
+        if let u = upses.first(where: { $0.status?.lowercased() == "discharging" }) {
+            return PowerReading(external: false, reason: "UPS \(u.name) is discharging (\(attr(u, "status"))): the mains are out")
+        }
         // A discharging system battery is the one fact that says work drains it, whatever a supply claims
         // (underpowered chargers, stale USB-C `online` flags).
         if let (b, _, _) = states.first(where: { $0.1 == .discharging }) {
@@ -145,21 +150,42 @@ public enum PowerAnalysis {
         if states.isEmpty {
             return PowerReading(external: true, reason: "no system battery: on external power")
         }
-        let sources = chargers.filter(isSourceRole)
-        if !chargers.isEmpty && chargers.count > sources.count {
-            let names = chargers.filter { !isSourceRole($0) }.map(\.name).joined(separator: ", ")
+        let sinks = chargers.filter { !isSourceRole($0) }
+        // Offline only when every charger says so; one whose `online` is missing, unreadable or garbage is unknown.
+        let unknown = sinks.filter { $0.online == nil }
+        if !sinks.isEmpty && unknown.isEmpty {
+            let names = sinks.map(\.name).joined(separator: ", ")
             return PowerReading(external: false, reason: "every charger is offline (\(names)) and a battery is present")
         }
         // Status unknown and no charger to ask: whether current flows is the last evidence.
         let (b, _, _) = states[0]
+        let unknownNote = unknown.isEmpty ? "" : "; \(unknown.map(\.name).joined(separator: ", ")) online state unknown"
         switch currentFlows(b) {
         case false?:
-            return PowerReading(external: true, reason: "\(b.name) status is '\(b.status ?? "missing")' and no current flows (\(attr(b, b.powerW != nil ? "power_now" : "current_now")))")
+            return PowerReading(external: true, reason: "\(b.name) status is '\(b.status ?? "missing")' and no current flows (\(attr(b, b.powerW != nil ? "power_now" : "current_now")))\(unknownNote)")
         case true?:
-            return PowerReading(external: false, reason: "\(b.name) status is '\(b.status ?? "missing")', current flows and no charger is online")
+            return PowerReading(external: false, reason: "\(b.name) status is '\(b.status ?? "missing")', current flows and no charger is known to be online\(unknownNote)")
         case nil:
+            if !unknown.isEmpty {
+                return PowerReading(external: nil, reason: "unknown: \(unknown.map { "\($0.name) online state unknown (\(attr($0, "online")))" }.joined(separator: ", ")), and \(b.name) has no usable status or current reading")
+            }
             return PowerReading(external: nil, reason: "unknown: \(b.name) has no usable status, no current reading, and no charger is listed")
         }
+    }
+
+    /// UPower sees supplies sysfs's power_supply class may not (a USB UPS through hiddev): one that powers
+    /// the machine and is discharging means we are on battery (UPower's own OnBattery rule). Devices sysfs
+    /// already describes are left to sysfs.
+    static func upowerDischarging(_ u: UPowerReading, supplies: [PowerSupply]) -> String? {
+        guard u.available else { return nil }
+        let known = Set(supplies.filter { $0.kind != .ups }.map(\.name))
+        let d = u.devices.first { d in
+            let name = d.nativePath.split(separator: "/").last.map(String.init) ?? d.nativePath
+            return d.isPowerSupply && d.state == "discharging" && (d.kind == "ups" || !known.contains(name))
+        }
+        guard let dev = d else { return nil }
+        let ob = u.onBattery.map { ", OnBattery=\($0)" } ?? ""
+        return "UPower: \(dev.kind == "ups" ? "UPS" : dev.kind) \(dev.nativePath) is discharging\(ob)"
     }
 
     static func combine(_ states: [(PowerSupply, BatteryReading.State, String?)], thresholds: BatteryThresholds) -> BatteryReading {
@@ -221,7 +247,9 @@ public enum PowerAnalysis {
     }
 }
 
+/// One decimal at most; never traps (values that reach here are range-checked, but a message must not crash).
 func fmt(_ v: Double) -> String {
+    guard v.isFinite, abs(v) < 1e15 else { return String(v) }
     let r = (v * 10).rounded() / 10
     return r == r.rounded() ? String(Int(r)) : String(r)
 }

@@ -2,7 +2,7 @@
 /// that was odd and therefore dropped.
 public struct PowerSupply: Sendable, Equatable {
     public enum Kind: String, Sendable, Codable {
-        case battery, mains, usb, wireless, other
+        case battery, mains, usb, wireless, ups, other
     }
 
     public var name: String
@@ -32,7 +32,18 @@ public struct PowerSupply: Sendable, Equatable {
     /// System batteries power the machine; `scope=Device` ones are mice, headsets, pens.
     public var isSystemBattery: Bool { kind == .battery && scope?.lowercased() != "device" }
     public var isPeripheral: Bool { kind == .battery && scope?.lowercased() == "device" }
-    public var isCharger: Bool { kind != .battery }
+    /// A UPS powers the machine from its own battery when the mains fail; it is not a charger.
+    public var isCharger: Bool { kind != .battery && kind != .ups }
+
+    /// The largest magnitude each attribute can plausibly have, in units (Wh, Ah, V, W, A).
+    static let plausibleLimit: [String: Double] = [
+        "energy_now": 10_000, "energy_full": 10_000, "charge_now": 1_000, "charge_full": 1_000,
+        "voltage_now": 1_000, "voltage_min_design": 1_000, "power_now": 10_000, "current_now": 1_000,
+    ]
+    static let unit: [String: String] = [
+        "energy_now": "Wh", "energy_full": "Wh", "charge_now": "Ah", "charge_full": "Ah",
+        "voltage_now": "V", "voltage_min_design": "V", "power_now": "W", "current_now": "A",
+    ]
 
     public static let attributeNames = [
         "type", "scope", "online", "present", "status", "capacity", "capacity_level",
@@ -53,7 +64,8 @@ public struct PowerSupply: Sendable, Equatable {
                 return nil
             }
         }
-        /// µ-units to units; nil with a note for NaN, garbage, negative or the `-1` "unknown" marker.
+        /// µ-units to units; nil with a note for NaN, garbage, negative or the `-1` "unknown" marker, and
+        /// for values no battery or charger has (a corrupt gauge reporting 1e40 µWh).
         func micro(_ attr: String, allowNegative: Bool = false) -> Double? {
             guard let raw = value(attr), !raw.isEmpty else { return nil }
             guard let v = Double(raw), v.isFinite else {
@@ -62,7 +74,12 @@ public struct PowerSupply: Sendable, Equatable {
             if v < 0 && !allowNegative {
                 notes.append("\(attr): \(raw) is negative, ignored"); return nil
             }
-            return v / 1_000_000
+            let units = v / 1_000_000
+            if let limit = PowerSupply.plausibleLimit[attr], abs(units) > limit {
+                notes.append("\(attr): \(raw) is out of range (more than \(fmt(limit)) \(PowerSupply.unit[attr] ?? "")), ignored")
+                return nil
+            }
+            return units
         }
         func flag(_ attr: String) -> Bool? {
             guard let raw = value(attr), !raw.isEmpty else { return nil }
@@ -98,6 +115,7 @@ public struct PowerSupply: Sendable, Equatable {
         case "battery": kind = .battery
         case "mains": kind = .mains
         case "wireless": kind = .wireless
+        case "ups": kind = .ups
         case let t? where t.hasPrefix("usb"): kind = .usb
         case nil, "":
             // The uevent of older kernels has no POWER_SUPPLY_TYPE: infer from what it reports.

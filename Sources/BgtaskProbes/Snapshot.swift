@@ -48,7 +48,10 @@ public struct ConditionSnapshot: Sendable, Equatable {
     public static func assemble(supplies: [PowerSupply], zones: [ThermalZone], previousZoneStates: [String: ThermalState] = [:],
                                 links: [NetworkLink], routesReadable: Bool, cpuPressure: Double?,
                                 dbus: DBusReadings, options: ProbeOptions) -> ConditionSnapshot {
-        let (power, battery) = PowerAnalysis.analyze(supplies, thresholds: options.battery)
+        var (power, battery) = PowerAnalysis.analyze(supplies, thresholds: options.battery)
+        if power.external != false, let ups = PowerAnalysis.upowerDischarging(dbus.upower, supplies: supplies) {
+            power = PowerReading(external: false, reason: ups)
+        }
         let (thermal, zoneStates) = ThermalAnalysis.analyze(zones, previous: previousZoneStates, fallback: options.thermal)
         var network = NetworkAnalysis.analyze(links, nmMetered: dbus.nmMetered, routesReadable: routesReadable)
         if dbus.nmMetered == nil && network.metered == nil { network.meteredSource = dbus.nmReason }

@@ -7,16 +7,20 @@ public struct SystemError: Error, Sendable, Equatable, CustomStringConvertible {
     public let path: String
     public let errno: Int32
     public let operation: String
+    /// Set when the problem is not an errno: e.g. "a FIFO, not a regular file".
+    public let detail: String?
 
-    public init(_ operation: String, path: String, errno: Int32) {
+    public init(_ operation: String, path: String, errno: Int32, detail: String? = nil) {
         self.operation = operation
         self.path = path
         self.errno = errno
+        self.detail = detail
     }
 
     public var errnoName: String { Errno.name(errno) }
     public var description: String {
-        "\(operation) \(path): \(String(cString: strerror(errno))) (\(errnoName))"
+        if let d = detail { return "\(operation) \(path): \(d)" }
+        return "\(operation) \(path): \(String(cString: strerror(errno))) (\(errnoName))"
     }
 }
 
@@ -73,25 +77,68 @@ public struct SysfsRoot: Sendable, Equatable {
     }
 }
 
-enum FileIO {
-    /// Reads a small file whole; retries EINTR; nil-free: errors carry path and errno.
-    static func read(_ path: String, limit: Int = 64 * 1024) -> Result<String, SystemError> {
+public enum FileIO {
+    /// What kind of file a mode says, for messages about files that are not regular.
+    public static func kindName(_ mode: mode_t) -> String {
+        switch mode & S_IFMT {
+        case S_IFIFO: return "a FIFO"
+        case S_IFSOCK: return "a socket"
+        case S_IFCHR: return "a character device"
+        case S_IFBLK: return "a block device"
+        case S_IFDIR: return "a directory"
+        case S_IFLNK: return "a symbolic link"
+        default: return "not a regular file"
+        }
+    }
+
+    /// Opens a file for reading without blocking on a FIFO or a device, and refuses anything that is
+    /// not a regular file (sysfs attributes, /proc files and policies all are). fd or an error.
+    public static func openRegular(_ path: String, noFollow: Bool = false) -> Result<Int32, SystemError> {
         var fd: Int32
-        repeat { fd = open(path, O_RDONLY | O_CLOEXEC) } while fd < 0 && errno == EINTR
+        let flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (noFollow ? O_NOFOLLOW : 0)
+        repeat { fd = open(path, flags) } while fd < 0 && errno == EINTR
         guard fd >= 0 else { return .failure(SystemError("open", path: path, errno: errno)) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let e = errno
+            close(fd)
+            return .failure(SystemError("stat", path: path, errno: e))
+        }
+        if (st.st_mode & S_IFMT) == S_IFDIR { close(fd); return .failure(SystemError("read", path: path, errno: EISDIR)) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            return .failure(SystemError("open", path: path, errno: EINVAL, detail: "\(kindName(st.st_mode)), not a regular file: refused"))
+        }
+        return .success(fd)
+    }
+
+    /// Reads a small file whole; retries EINTR; nil-free: errors carry path and errno.
+    public static func read(_ path: String, limit: Int = 64 * 1024) -> Result<String, SystemError> {
+        readBytes(path, limit: limit).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// The bytes of a regular file, at most `limit` of them.
+    public static func readBytes(_ path: String, limit: Int = 64 * 1024, noFollow: Bool = false) -> Result<[UInt8], SystemError> {
+        let fd: Int32
+        switch openRegular(path, noFollow: noFollow) {
+        case .failure(let e): return .failure(e)
+        case .success(let f): fd = f
+        }
         defer { close(fd) }
         var bytes: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 4096)
         while bytes.count < limit {
-            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            let n = buf.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, limit - bytes.count)) }
             if n < 0 {
                 if errno == EINTR { continue }
+                // Regular files never say EAGAIN; a sysfs attribute with nothing to say may.
+                if errno == EAGAIN { break }
                 return .failure(SystemError("read", path: path, errno: errno))
             }
             if n == 0 { break }
             bytes.append(contentsOf: buf[0..<n])
         }
-        return .success(String(decoding: bytes, as: UTF8.self))
+        return .success(bytes)
     }
 
     static func attribute(_ path: String) -> SysfsValue {

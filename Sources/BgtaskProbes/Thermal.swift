@@ -19,6 +19,8 @@ public struct ThermalFallback: Sendable, Equatable {
     public var criticalCelsius = 95.0
     /// Trips below this are firmware junk (real machines ship 0 °C, 20.8 °C, -273 °C trips).
     public var roomCelsius = 25.0
+    /// Trips above this are not real (firmware sentinels such as 85,000 °C, garbage such as 1e30).
+    public var maxTripCelsius = 200.0
     /// How far below a boundary the temperature must fall before the state drops (unless the trip says).
     public var hysteresis = 3.0
     /// Fair starts this far below the serious threshold.
@@ -53,8 +55,12 @@ public struct ThermalZone: Sendable, Equatable {
         case .text(let raw):
             if let v = Double(raw), v.isFinite {
                 let c = v / 1000
-                // DPTF and disabled sensors report 0, -274 °C or sentinel values: not a temperature.
-                if c > 0 && c < 200 { celsius = c } else { notes.append("temp: \(raw) is not a plausible temperature, zone ignored") }
+                // DPTF and disabled sensors report 0, -274 °C or sentinel values: not a temperature. A driver
+                // that reports whole degrees (45 for 45 °C) would read as 0.045 °C: set aside, not read as cold.
+                if c >= 1 && c < 200 { celsius = c }
+                else if v >= 1 && v < 200 && v == v.rounded() {
+                    notes.append("temp: \(raw) looks like whole degrees, not millidegrees Celsius; zone ignored")
+                } else { notes.append("temp: \(raw) is not a plausible temperature, zone ignored") }
             } else { notes.append("temp: '\(raw)' is not a number, zone ignored") }
         case .missing: notes.append("temp: missing, zone ignored")
         case .unreadable(let e): notes.append("temp: \(e), zone ignored")
@@ -76,8 +82,21 @@ public struct ThermalZone: Sendable, Equatable {
                 ignored.append("trip_point_\(i) (\(type)) at \(fmt(c)) °C is below room temperature")
                 continue
             }
-            let hyst = d.text("trip_point_\(i)_hyst").flatMap(Double.init).map { $0 / 1000 }.flatMap { $0 > 0 && $0 < 30 ? $0 : nil }
+            if c > fallback.maxTripCelsius {
+                ignored.append("trip_point_\(i) (\(type)) at \(raw) m°C is out of range (above \(fmt(fallback.maxTripCelsius)) °C)")
+                continue
+            }
+            let hyst = d.text("trip_point_\(i)_hyst").flatMap(Double.init).map { $0 / 1000 }.flatMap { $0.isFinite && $0 > 0 && $0 < 30 ? $0 : nil }
             trips.append(TripPoint(index: i, type: type, celsius: c, hysteresis: hyst))
+        }
+        // The critical trip is authoritative (the kernel shuts down there): a passive or hot trip above it
+        // is out of order and would hide it, so it is set aside. (Equal ones are common: hot = critical.)
+        if let critical = trips.filter({ $0.type == "critical" }).map(\.celsius).min() {
+            trips.removeAll { t in
+                guard t.type != "critical", t.celsius > critical else { return false }
+                ignored.append("trip_point_\(t.index) (\(t.type)) at \(fmt(t.celsius)) °C is above the critical trip (\(fmt(critical)) °C): out of order")
+                return true
+            }
         }
         self.trips = trips
         self.ignoredTrips = ignored
@@ -93,7 +112,8 @@ public struct ThermalZone: Sendable, Equatable {
         let hyst = trips.compactMap(\.hysteresis).max() ?? fb.hysteresis
         switch (serious, critical) {
         case let (s?, c?):
-            return Thresholds(fair: s - fb.fairMargin, serious: s, critical: max(c, s), hysteresis: hyst, fromTrips: true,
+            // Trips above the critical one were set aside when read, so s <= c here.
+            return Thresholds(fair: s - fb.fairMargin, serious: min(s, c), critical: c, hysteresis: hyst, fromTrips: true,
                               basis: "trips: serious at \(fmt(s)) °C, critical at \(fmt(c)) °C")
         case let (s?, nil):
             return Thresholds(fair: s - fb.fairMargin, serious: s, critical: max(s, fb.criticalCelsius), hysteresis: hyst,

@@ -41,11 +41,19 @@ final class RouteMonitor {
         fd = s
     }
     deinit { close(fd) }
-    /// We re-read sysfs and /proc rather than parse messages: drain and report whether anything came.
-    func drain() -> Bool {
+    /// We re-read sysfs and /proc rather than parse messages: drain and report whether anything came,
+    /// and whether the kernel dropped messages (ENOBUFS: the buffer overflowed, changes were lost).
+    func drain() -> (got: Bool, overflow: Bool) {
         var buf = [UInt8](repeating: 0, count: 8192)
-        var got = false
-        while recv(fd, &buf, buf.count, 0) > 0 { got = true }
-        return got
+        var got = false, overflow = false
+        while true {
+            let n = recv(fd, &buf, buf.count, 0)
+            if n > 0 { got = true; continue }
+            if n < 0 && errno == EINTR { continue }
+            // Reported once, then the socket reads on: keep draining what came after.
+            if n < 0 && errno == ENOBUFS && !overflow { overflow = true; continue }
+            break
+        }
+        return (got, overflow)
     }
 }

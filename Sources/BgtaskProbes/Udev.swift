@@ -53,10 +53,18 @@ final class UdevMonitor {
     }
     deinit { udev_monitor_unref(handle) }
 
-    /// Drains every queued event without blocking.
-    func receiveAll() -> [DeviceEvent] {
+    /// Drains every queued event without blocking. `overflow`: the kernel dropped events (ENOBUFS) because
+    /// the socket's buffer filled, so some changes were never seen and everything must be read again.
+    func receiveAll() -> (events: [DeviceEvent], overflow: Bool) {
         var events: [DeviceEvent] = []
-        while let dev = udev_monitor_receive_device(handle) {
+        var overflow = false
+        while true {
+            errno = 0
+            guard let dev = udev_monitor_receive_device(handle) else {
+                // The error is reported once; what was queued after it can still be read.
+                if errno == ENOBUFS && !overflow { overflow = true; continue }
+                break
+            }
             defer { udev_device_unref(dev) }
             func s(_ p: UnsafePointer<CChar>?) -> String { p.map { String(cString: $0) } ?? "" }
             events.append(DeviceEvent(action: s(udev_device_get_action(dev)),
@@ -64,6 +72,6 @@ final class UdevMonitor {
                                       name: s(udev_device_get_sysname(dev)),
                                       path: s(udev_device_get_syspath(dev))))
         }
-        return events
+        return (events, overflow)
     }
 }

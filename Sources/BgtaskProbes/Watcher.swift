@@ -131,13 +131,13 @@ final class WatchEngine: @unchecked Sendable {
         var zoneStates: [String: ThermalState] = [:]
         var differ = ConditionDiffer()
 
-        func emit(trigger: String, initial: Bool) {
+        func emit(trigger: String, initial: Bool, force: Bool = false) {
             let snap = ConditionSnapshot.assemble(
                 supplies: supplies, zones: zones, previousZoneStates: zoneStates, links: links,
                 routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: options.probe)
             zoneStates = snap.zoneStates
             let changes = differ.changes(to: snap.conditions)
-            if initial || !changes.isEmpty {
+            if initial || force || !changes.isEmpty {
                 let more = deliver(ConditionUpdate(snapshot: snap, changes: changes, initial: initial, trigger: trigger))
                 if !more { stop() }
             }
@@ -166,6 +166,7 @@ final class WatchEngine: @unchecked Sendable {
             if stopped.load(ordering: .relaxed) { break }
 
             var powerDirty = false, thermalDirty = false, netDirty = false, dbusDirty = false
+            var overflowed = false
             var triggers: [String] = []
             if fds[0].revents != 0 {
                 wake.drain()
@@ -176,7 +177,12 @@ final class WatchEngine: @unchecked Sendable {
                 }
             }
             if let u = udev, fds.first(where: { $0.fd == u.fd })?.revents ?? 0 != 0 {
-                for ev in u.receiveAll() {
+                let (events, overflow) = u.receiveAll()
+                if overflow {
+                    overflowed = true
+                    triggers.append("udev monitor overflow (ENOBUFS): re-read everything")
+                }
+                for ev in events {
                     switch ev.subsystem {
                     case "power_supply": powerDirty = true
                     case "thermal": thermalDirty = true
@@ -186,10 +192,18 @@ final class WatchEngine: @unchecked Sendable {
                     triggers.append("uevent \(ev.action) \(ev.subsystem)/\(ev.name)")
                 }
             }
-            if let r = routes, fds.first(where: { $0.fd == r.fd })?.revents ?? 0 != 0, r.drain() {
-                netDirty = true
-                triggers.append("rtnetlink")
+            if let r = routes, fds.first(where: { $0.fd == r.fd })?.revents ?? 0 != 0 {
+                let (got, overflow) = r.drain()
+                if overflow {
+                    overflowed = true
+                    triggers.append("rtnetlink overflow (ENOBUFS): re-read everything")
+                } else if got {
+                    netDirty = true
+                    triggers.append("rtnetlink")
+                }
             }
+            // Lost events could have been about anything: read every source again.
+            if overflowed { powerDirty = true; thermalDirty = true; netDirty = true }
             if let t = nextThermal, at >= t {
                 thermalDirty = true
                 triggers.append("thermal poll")
@@ -205,7 +219,8 @@ final class WatchEngine: @unchecked Sendable {
                 links = reader.networkLinks(routes: routeList)
             }
             if powerDirty || thermalDirty || netDirty || dbusDirty {
-                emit(trigger: triggers.joined(separator: ", "), initial: false)
+                // After an overflow the update goes out even if nothing differs, so a follower knows it was re-read.
+                emit(trigger: triggers.joined(separator: ", "), initial: false, force: overflowed)
             }
         }
         finished()

@@ -1,68 +1,164 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskConfig
 import BgtaskPolicy
 
-/// What each `bgtask run` has started, on disk (`<state>/active/<bgtask pid>`: the process group and
-/// the cgroup), so that a later run can undo what a killed one left behind: a frozen cgroup, a quota,
-/// a stopped process group. (A stopped group whose parent dies is also sent SIGHUP and SIGCONT by the
-/// kernel, as an orphaned process group; a frozen cgroup is not, hence this.)
-public final class ActiveTasks {
-    let file: String
+/// What a running `bgtask run` supervises, written where it lives only until the next boot
+/// (`$XDG_RUNTIME_DIR/bgtask/active/<pid>.rec`, `/run/bgtask` for root): so that a later invocation
+/// can tell a killed supervisor from a live one, and undo what it left — a frozen cgroup, a stopped
+/// process group, a quota. Each record names the boot and the start times of both processes, so a
+/// PID reused after a reboot or a wrap-around is never signalled.
+public struct SupervisorRecord: Sendable, Equatable {
+    public var bootID: String
+    public var supervisorPID: pid_t
+    public var supervisorStart: UInt64
+    public var uid: uid_t
+    public var pgid: pid_t
+    public var childStart: UInt64
+    /// "-", "v1 NAME" or "v2 DIRECTORY".
+    public var cgroup: String
+    public var runID: String
+    public var task: TaskFields
+    /// running, paused, throttled N, expiring
+    public var state: String
+    public var grace: Double
 
-    public init?(stateDirectory: String) {
-        let dir = stateDirectory + "/active"
-        mkdir(stateDirectory, 0o700)
-        mkdir(dir, 0o700)
-        guard access(dir, W_OK) == 0 else { return nil }
-        file = dir + "/\(getpid())"
+    static let maxBytes = 4096
+
+    var text: String {
+        var flags: [String] = []
+        if task.requiresExternalPower { flags.append("requires_external_power") }
+        if task.requiresNetwork { flags.append("requires_network") }
+        if task.requiresUnmetered { flags.append("requires_unmetered") }
+        if task.cpuHeavy { flags.append("cpu_heavy") }
+        if task.userInitiated { flags.append("user_initiated") }
+        return """
+        boot_id=\(bootID)
+        supervisor_pid=\(supervisorPID)
+        supervisor_start=\(supervisorStart)
+        uid=\(uid)
+        pgid=\(pgid)
+        child_start=\(childStart)
+        cgroup=\(cgroup)
+        run_id=\(runID)
+        task_id=\(task.id)
+        task_kind=\(task.kind)
+        task_flags=\(flags.joined(separator: ","))
+        state=\(state)
+        grace=\(grace)
+
+        """
     }
 
-    /// `cgroup`: "-", "v1 NAME" or "v2 DIRECTORY".
-    public func started(pgid: pid_t, cgroup: String) {
-        guard let f = fopen(file, "w") else { return }
-        fputs("\(pgid) \(cgroup)\n", f)
-        fflush(f)
-        fsync(fileno(f))
-        fclose(f)
+    /// Strict: every field present and well-formed, identifiers bounded and free of control characters.
+    static func parse(_ text: String) -> SupervisorRecord? {
+        var kv: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            guard let eq = line.firstIndex(of: "=") else { return nil }
+            kv[String(line[..<eq])] = String(line[line.index(after: eq)...])
+        }
+        func id(_ k: String) -> String? {
+            guard let v = kv[k], !v.isEmpty, v.utf8.count <= 255, v.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }
+            return v
+        }
+        guard let boot = id("boot_id"), let sp = kv["supervisor_pid"].flatMap({ pid_t($0) }), sp > 1,
+              let ss = kv["supervisor_start"].flatMap({ UInt64($0) }), let uid = kv["uid"].flatMap({ uid_t($0) }),
+              let pg = kv["pgid"].flatMap({ pid_t($0) }), pg > 1, let cs = kv["child_start"].flatMap({ UInt64($0) }),
+              let cg = id("cgroup"), let run = id("run_id"), let taskID = id("task_id"), let kind = id("task_kind"),
+              let state = id("state"), let grace = kv["grace"].flatMap({ Double($0) }), grace.isFinite, grace >= 0, grace <= 3600
+        else { return nil }
+        var task = TaskFields(id: taskID, kind: kind)
+        for f in (kv["task_flags"] ?? "").split(separator: ",") {
+            switch f {
+            case "requires_external_power": task.requiresExternalPower = true
+            case "requires_network": task.requiresNetwork = true
+            case "requires_unmetered": task.requiresUnmetered = true
+            case "cpu_heavy": task.cpuHeavy = true
+            case "user_initiated": task.userInitiated = true
+            default: return nil
+            }
+        }
+        return SupervisorRecord(bootID: boot, supervisorPID: sp, supervisorStart: ss, uid: uid, pgid: pg, childStart: cs,
+                                cgroup: cg, runID: run, task: task, state: state, grace: grace)
+    }
+}
+
+/// The record of this process's own task, kept current as its state changes.
+public final class ActiveTasks {
+    let directory: String
+    let file: String
+    var record: SupervisorRecord?
+
+    /// `runtimeDirectory` must already be checked (`StatePaths.preparedRuntimeDirectory`).
+    public init(runtimeDirectory: String) throws(PathError) {
+        directory = try SecureDirectory.prepare(runtimeDirectory + "/active")
+        file = directory + "/\(getpid()).rec"
+    }
+
+    public func started(pgid: pid_t, cgroup: String, runID: String, task: TaskFields, grace: Double) {
+        record = SupervisorRecord(bootID: ProcInfo.bootID() ?? "unknown", supervisorPID: getpid(),
+                                  supervisorStart: ProcInfo.startTime(getpid()) ?? 0, uid: geteuid(), pgid: pgid,
+                                  childStart: ProcInfo.startTime(pgid) ?? 0, cgroup: cgroup, runID: runID, task: task,
+                                  state: "running", grace: grace)
+        write()
+    }
+
+    /// running, paused, throttled N, expiring; and the task as it is now (the CPU monitor may mark it heavy).
+    public func update(state: String, task: TaskFields? = nil) {
+        guard var r = record else { return }
+        r.state = state
+        if let t = task { r.task = t }
+        guard r != record else { return }
+        record = r
+        write()
+    }
+
+    /// Written to a new file and renamed over the old one, so a reader never sees half a record.
+    func write() {
+        guard let r = record else { return }
+        let tmp = file + ".tmp"
+        unlink(tmp)
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let text = r.text
+        let ok = text.withCString { Glibc.write(fd, $0, strlen($0)) } == text.utf8.count && fsync(fd) == 0
+        close(fd)
+        if ok { rename(tmp, file) } else { unlink(tmp) }
     }
 
     public func remove() { unlink(file) }
+}
 
-    /// Undoes what runs that are no longer alive left behind; returns what it did, in words.
-    public static func recover(stateDirectory: String) -> [String] {
-        let dir = stateDirectory + "/active"
-        guard let d = opendir(dir) else { return [] }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let n = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-            if Int32(n) != nil { names.append(n) }
-        }
-        closedir(d)
-        var done: [String] = []
-        for n in names {
-            let owner = Int32(n)!
-            if owner == getpid() || isAlive(owner) { continue }
-            let path = dir + "/" + n
-            let text = ProcStat.read(path) ?? ""
-            let parts = text.split(separator: " ").map { String($0).trimmingCharacters(in: "\n") }
-            if let pgid = parts.first.flatMap({ Int32($0) }), pgid > 1 {
-                if parts.count > 2, parts[1] == "v1" {
-                    let c = CgroupV1(cpu: CgroupV1.root + "/cpu/bgtask/" + parts[2], freezer: CgroupV1.root + "/freezer/bgtask/" + parts[2])
-                    c.quota(nil)
-                    c.remove()
-                } else if parts.count > 2, parts[1] == "v2" {
-                    let c = CgroupV2(directory: parts[2])
-                    c.quota(nil)
-                    c.remove()
-                }
-                if kill(-pgid, SIGCONT) == 0 {
-                    done.append("resumed process group \(pgid), left by bgtask \(owner) which is gone")
-                }
-            }
-            unlink(path)
-        }
-        return done
+/// What `/proc` says of a process: when it started (to tell it from a later one with the same PID) and whose it is.
+enum ProcInfo {
+    static func bootID() -> String? {
+        ProcStat.read("/proc/sys/kernel/random/boot_id").map { $0.trimmingCharacters(in: "\n") }
+    }
+
+    /// Field 22 of /proc/PID/stat: start time in clock ticks after boot.
+    static func startTime(_ pid: pid_t) -> UInt64? {
+        guard let stat = ProcStat.read("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return nil }
+        let f = stat[stat.index(after: close)...].split(separator: " ")
+        return f.count > 19 ? UInt64(f[19]) : nil
+    }
+
+    /// How long ago a process that started at `start` (clock ticks after boot) started, in seconds.
+    static func age(start: UInt64) -> Double? {
+        guard let up = ProcStat.read("/proc/uptime")?.split(separator: " ").first.flatMap({ Double($0) }) else { return nil }
+        return max(0, up - Double(start) / ProcStat.ticks)
+    }
+
+    /// The effective uid a process runs as (the owner of /proc/PID).
+    static func owner(_ pid: pid_t) -> uid_t? {
+        var st = stat()
+        return stat("/proc/\(pid)", &st) == 0 ? st.st_uid : nil
+    }
+
+    /// Alive, not a zombie, and the same process that was recorded.
+    static func isSame(_ pid: pid_t, start: UInt64) -> Bool {
+        guard isAlive(pid), let s = startTime(pid) else { return false }
+        return s == start
     }
 }
 
@@ -72,4 +168,3 @@ func isAlive(_ pid: pid_t) -> Bool {
     guard let stat = ProcStat.read("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return true }
     return !stat[stat.index(after: close)...].hasPrefix(" Z")
 }
-

@@ -29,6 +29,14 @@ final class CgroupV2 {
         return base
     }
 
+    /// The cgroup this process was started in (its own, or the parent of the leaf it moved itself to).
+    static func currentBase() -> String? {
+        guard let (root, own) = locate() else { return nil }
+        var o = own
+        if o.hasSuffix("/bgtask-\(getpid())") { o = String(o.dropLast("/bgtask-\(getpid())".count)) }
+        return o == "/" || o.isEmpty ? root : root + o
+    }
+
     /// Where cgroup2 is mounted and which cgroup this process is in, from /proc.
     static func locate() -> (root: String, own: String)? {
         guard let f = fopen("/proc/self/mountinfo", "r") else { return nil }

@@ -35,14 +35,32 @@ enum TaskCgroup {
         }
     }
 
-    /// Picks the best the machine offers (or the one preferred) and moves the process in.
-    static func make(for pid: pid_t, name: String, prefer: CapMechanism?) -> TaskCgroup? {
-        if prefer == nil || prefer == .cgroupV2, let (root, own) = CgroupV2.locate(),
-           let base = CgroupV2.delegated(root: root, own: own), let c = CgroupV2.create(under: base, name: name, pid: pid) {
-            return .v2(c)
+    /// Chosen before the spawn: v2 delegation (bgtask moved to a leaf of its own, `+cpu` enabled for the
+    /// delegated cgroup's children) must be set up while bgtask is alone in its cgroup — once the child is
+    /// there too, the kernel refuses to enable a controller (EBUSY, "no internal processes").
+    enum Plan {
+        case v2(base: String)
+        case v1
+        case none
+
+        static func choose(prefer: CapMechanism?) -> Plan {
+            if prefer == .signals { return .none }
+            if prefer == nil || prefer == .cgroupV2, let (root, own) = CgroupV2.locate(),
+               let base = CgroupV2.delegated(root: root, own: own) {
+                return .v2(base: base)
+            }
+            if prefer == nil || prefer == .cgroupV1, CgroupV1.available() { return .v1 }
+            return .none
         }
-        if prefer == nil || prefer == .cgroupV1, let c = CgroupV1.create(name: name, pid: pid) { return .v1(c) }
-        return nil
+
+        /// After the spawn: the task's cgroup, with the child moved in; nil falls back to signals.
+        func create(for pid: pid_t, name: String) -> TaskCgroup? {
+            switch self {
+            case .v2(let base): return CgroupV2.create(under: base, name: name, pid: pid).map(TaskCgroup.v2)
+            case .v1: return CgroupV1.create(name: name, pid: pid).map(TaskCgroup.v1)
+            case .none: return nil
+            }
+        }
     }
 }
 
@@ -76,6 +94,7 @@ public final class TaskProcess {
         while let p = e.pointee { env.append(strdup(p)); e += 1 }
         env.append(nil)
         defer { (cargv + env).forEach { free($0) } }
+        let plan = TaskCgroup.Plan.choose(prefer: prefer)
         let pid = bgt_spawn(cargv, env, background ? 1 : 0)
         guard pid > 0 else { throw SpawnError(command: argv[0], errno: -pid) }
         if background {
@@ -83,7 +102,7 @@ public final class TaskProcess {
             _ = bgt_ioprio_idle(pid)
         }
         // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
-        let cg = prefer == .signals ? nil : TaskCgroup.make(for: pid, name: cgroupName, prefer: prefer)
+        let cg = plan.create(for: pid, name: cgroupName)
         return TaskProcess(pid: pid, cgroups: cg)
     }
 

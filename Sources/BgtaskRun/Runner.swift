@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
@@ -19,6 +20,8 @@ public struct RunOptions: Sendable {
     public var cpuMonitor = true
     /// Insist on one mechanism (BGTASK_CAP_MECHANISM); nil picks the best the machine offers.
     public var mechanism: CapMechanism?
+    /// The audit trail's name for this run, also kept in the crash-recovery record.
+    public var runID = ""
 
     public init(argv: [String], task: TaskFields, probe: ProbeOptions) {
         self.argv = argv
@@ -32,6 +35,8 @@ public struct RunEvent: Sendable {
     public enum Kind: String, Sendable {
         case deferred, started, throttled, unthrottled, paused, resumed, expired, killed
         case gaveUp = "gave-up", finished, signalled, cpuHeavy = "cpu-heavy", failed
+        /// The supervisor of a run was found gone; `recovered`: what was then done to its command.
+        case lost, recovered
     }
     public var kind: Kind
     public var monotonic: Double
@@ -39,8 +44,12 @@ public struct RunEvent: Sendable {
     public var decision: Decision?
     public var conditions: [String: PolicyValue]
     public var exitStatus: Int32?
+    /// For events about another run than the observer's own (recovery of a dead supervisor's task).
+    public var runID: String?
 
-    public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?) {
+    public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?,
+                runID: String? = nil) {
+        self.runID = runID
         self.kind = kind
         self.monotonic = monotonic
         self.detail = detail
@@ -54,11 +63,6 @@ public protocol RunObserver: AnyObject {
     func record(_ event: RunEvent, task: TaskFields)
 }
 
-/// Exit statuses of `bgtask run`, as documented in the README.
-public enum RunExit {
-    public static let tempFail: Int32 = 75   // EX_TEMPFAIL: gave up waiting, or expired by bgtask
-    public static let usage: Int32 = 2
-}
 
 /// What it says on stderr has been recorded first, so the audit trail is never behind the messages.
 /// Drives one command through the scheduler core: waits (event-driven) until the policy says run,
@@ -79,7 +83,7 @@ public final class Runner {
     }
 
     func say(_ s: String) {
-        if !options.quiet { fputs("bgtask: \(options.task.id): \(s)\n", stderr) }
+        if !options.quiet { fputs(Terminal.safe("bgtask: \(options.task.id): \(s)") + "\n", stderr) }
     }
 
     public func run() -> Int32 {
@@ -114,6 +118,8 @@ public final class Runner {
         var monitorSample: (wall: Double, cpu: Double)?
 
         func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
+            // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
+            if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
             observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
                                       conditions: conditions ?? [:], exitStatus: status), task: machine.task)
         }
@@ -126,6 +132,14 @@ public final class Runner {
             state?.remove()
             return status
         }
+        func stateName() -> String {
+            switch machine.phase {
+            case .paused: return "paused"
+            case .running(let cap?): return "throttled \(cap)"
+            case .expired: return "expiring"
+            default: return "running"
+            }
+        }
 
         func apply(_ actions: [TaskAction], _ d: Decision, now: Double) -> Int32? {
             for a in actions {
@@ -135,7 +149,8 @@ public final class Runner {
                         let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
                                                       cgroupName: "\(options.task.id)-\(getpid())", prefer: options.mechanism)
                         process = p
-                        state?.started(pgid: p.pid, cgroup: p.cgroupRecord)
+                        state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
+                                       grace: policy.settings.number("run.expire_grace"))
                         let waited = now - start
                         record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
                         say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
@@ -182,6 +197,8 @@ public final class Runner {
         func evaluate(now: Double) -> Int32? {
             guard let c = conditions else { return nil }
             let evaluator = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+            // Holds say when they let go as a time of day, not as a monotonic instant.
+            evaluator.timeLabel = { t, now in clockText(wallClockNow() + (t - now)) }
             let (d, actions) = machine.step(evaluator, now: now)
             lastDecision = d
             if machine.phase == .waiting, d.verdict != .run, d.verdict != .throttle {
@@ -193,7 +210,7 @@ public final class Runner {
                 }
                 if options.noWait {
                     record(.gaveUp, "--no-wait", decision: d)
-                    return finish(RunExit.tempFail)
+                    return finish(ExitStatus.tempFail)
                 }
             }
             return apply(actions, d, now: now)
@@ -220,16 +237,18 @@ public final class Runner {
                             let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
                             record(.finished, how, status: code)
                             say("finished (\(how))")
-                            return finish(expiredByUs ? RunExit.tempFail : code)
+                            return finish(expiredByUs ? ExitStatus.tempFail : code)
                         }
                     } else if sig != SIGCHLD {
                         if let p = process {
-                            p.thawForSignal()
+                            // A signal meant to end the command must find it able to act; others (SIGUSR1 …)
+                            // are delivered as they are and take effect when a paused command resumes.
+                            if [SIGHUP, SIGINT, SIGQUIT, SIGTERM].contains(sig) { p.thawForSignal() }
                             p.signal(sig)
                             record(.signalled, "forwarded signal \(sig)")
                         } else {
                             record(.gaveUp, "signal \(sig) while waiting")
-                            say("interrupted while waiting")
+                            say("interrupted by signal \(sig) while waiting")
                             return finish(128 + sig)
                         }
                     }
@@ -252,6 +271,9 @@ public final class Runner {
             if let t = budgetAt, now >= t, !machine.isDone {
                 budgetAt = nil
                 expiredByUs = true
+                machine.beginExpiry()
+                dutyAt = nil
+                state?.update(state: "expiring")
                 let grace = policy.settings.number("run.expire_grace")
                 process?.thawForSignal()
                 process?.signal(SIGTERM)
@@ -268,8 +290,9 @@ public final class Runner {
                         let share = (cpu - s.cpu) / (now - s.wall) * 100
                         if share > policy.settings.number("run.cpu_monitor_percent") {
                             machine.markCPUHeavy()
-                            record(.cpuHeavy, "\(Int(share))% of a CPU")
-                            say("measured CPU-heavy (\(Int(share))% of a CPU on battery)")
+                            state?.update(state: stateName(), task: machine.task)
+                            record(.cpuHeavy, "\(Int(min(share, 100_000)))% of a CPU")
+                            say("measured CPU-heavy (\(Int(min(share, 100_000)))% of a CPU on battery)")
                             changed = true
                         }
                     }
@@ -282,7 +305,7 @@ public final class Runner {
             if process == nil, let m = options.maxWait, now - start >= m {
                 record(.gaveUp, "--max-wait \(formatDuration(m))", decision: lastDecision)
                 say("gave up waiting after \(formatDuration(m))")
-                return finish(RunExit.tempFail)
+                return finish(ExitStatus.tempFail)
             }
             var holdDue = lastDecision?.nextChangeAt.map { now >= $0 } ?? false
             if let t = tickAt, now >= t {
@@ -297,6 +320,22 @@ public final class Runner {
         let sig = status & 0x7f
         return sig == 0 ? (status >> 8) & 0xff : 128 + sig
     }
+}
+
+func wallClockNow() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// HH:MM:SS local time.
+public func clockText(_ epoch: Double) -> String {
+    guard epoch.isFinite, abs(epoch) < 1e12 else { return "?" }
+    var secs = time_t(epoch)
+    var tm = tm()
+    localtime_r(&secs, &tm)
+    func p(_ v: Int32) -> String { v < 10 ? "0\(v)" : String(v) }
+    return "\(p(tm.tm_hour)):\(p(tm.tm_min)):\(p(tm.tm_sec))"
 }
 
 func monotonic() -> Double {

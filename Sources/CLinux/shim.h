@@ -33,13 +33,24 @@ static inline int bgt_rtnetlink_socket(void) {
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) { int e = errno; close(fd); return -e; }
     return fd;
 }
+/* Every signal whose default action ends a process and that can be caught: bgtask must never die of
+ * one with a child left frozen. Faults (SEGV, BUS, ILL, FPE, TRAP, SYS) are not in it: they are bugs. */
+static inline void bgt_terminating_signals(sigset_t *set) {
+    int sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+                   SIGXCPU, SIGXFSZ, SIGPWR, SIGSTKFLT, SIGIO };
+    for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(set, sigs[i]);
+    for (int s = SIGRTMIN; s <= SIGRTMAX; s++) sigaddset(set, s);
+}
+
 /* Blocks the signals bgtask forwards, and SIGCHLD, in this thread and every thread it starts later,
- * and returns a signalfd that reads them; -errno on failure. */
+ * and returns a signalfd that reads them; -errno on failure. SIGPIPE is ignored: a closed stderr must
+ * not kill bgtask (the spawned command gets every disposition reset to default). */
 static inline int bgt_signalfd_forwarded(void) {
     sigset_t set;
     sigemptyset(&set);
-    sigaddset(&set, SIGINT); sigaddset(&set, SIGTERM); sigaddset(&set, SIGHUP); sigaddset(&set, SIGQUIT);
+    bgt_terminating_signals(&set);
     sigaddset(&set, SIGCHLD);
+    signal(SIGPIPE, SIG_IGN);
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0) return -EINVAL;
     int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     return fd < 0 ? -errno : fd;
@@ -80,6 +91,16 @@ static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) 
 static inline int bgt_ioprio_idle(pid_t pgid) {
     long rc = syscall(SYS_ioprio_set, 2 /* IOPRIO_WHO_PGRP */, pgid, (3 /* IDLE */ << 13));
     return rc < 0 ? -errno : 0;
+}
+
+/* A pidfd for any process (not only a child): readable when it exits. -errno on failure. */
+static inline int bgt_pidfd_open(pid_t pid) {
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+#else
+    long fd = syscall(434, pid, 0);
+#endif
+    return fd < 0 ? -errno : (int)fd;
 }
 
 static inline int bgt_nice_group(pid_t pgid, int nice) {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskConfig
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -16,15 +17,23 @@ struct Bgtask: ParsableCommand {
     static func main() {
         // Lines go to pipes (scripts, tests): flush each one.
         setvbuf(stdout, nil, _IOLBF, 0)
+        // A reader that goes away (`bgtask why | head`) must not kill bgtask mid-write: EPIPE instead.
+        signal(SIGPIPE, SIG_IGN)
         do {
-            var command = try parseAsRoot()
+            var args = Array(CommandLine.arguments.dropFirst())
+            // `run … -- COMMAND ARGS…`: the command is handed over whole, not parsed argument by argument.
+            if args.first == "run", let dd = args.firstIndex(of: "--"), dd + 1 < args.count {
+                Run.fullCommand = Array(args[(dd + 1)...])
+                args = Array(args[...dd]) + [args[dd + 1]]
+            }
+            var command = try parseAsRoot(args)
             try command.run()
         } catch {
             // Usage errors exit 2, as Unix tools do (ArgumentParser's own default is EX_USAGE, 64).
             let code = exitCode(for: error)
             if code == .validationFailure {
-                fputs(fullMessage(for: error) + "\n", stderr)
-                Glibc.exit(2)
+                fputs(Terminal.safe(fullMessage(for: error), keepNewlines: true) + "\n", stderr)
+                Glibc.exit(ExitStatus.usage)
             }
             exit(withError: error)
         }

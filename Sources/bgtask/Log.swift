@@ -1,5 +1,7 @@
 import ArgumentParser
 import BgtaskAudit
+import BgtaskConfig
+import BgtaskProbes
 import BgtaskProbes
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -19,36 +21,64 @@ extension Bgtask {
         @Flag(name: .long, help: "One JSON object per decision.")
         var json = false
 
+        func validate() throws {
+            if lines < 0 { throw ValidationError("-n \(lines): a number of lines, 0 or more") }
+        }
+
         func run() throws {
-            let dir = StatePaths.directory
-            mkdir(dir, 0o700)
+            let dir: String
+            do { dir = try StatePaths.preparedStateDirectory() } catch {
+                fputs(Terminal.safe("bgtask: state directory: \(error)") + "\n", stderr)
+                throw ExitCode(ExitStatus.cantCreate)
+            }
+            State.recover(probe: ProbeOptions(root: SysfsRoot.fromEnvironment()), audit: nil, quiet: false)
             // Watch the directory first, so nothing written between the read and the wait is missed.
-            let fd = inotify_init1(Int32(IN_CLOEXEC))
             // audit.sqlite.changed is closed after each commit (see AuditLog.append): that is the event.
-            if fd >= 0 { inotify_add_watch(fd, dir, UInt32(IN_CLOSE_WRITE)) }
+            var fd: Int32 = -1
+            if !noFollow {
+                fd = inotify_init1(Int32(IN_CLOEXEC))
+                guard fd >= 0, inotify_add_watch(fd, dir, UInt32(IN_CLOSE_WRITE)) >= 0 else {
+                    fputs(Terminal.safe("bgtask: cannot follow \(dir): inotify: \(String(cString: strerror(errno)))") + "\n", stderr)
+                    if fd >= 0 { close(fd) }
+                    throw ExitCode(ExitStatus.failure)
+                }
+            }
             defer { if fd >= 0 { close(fd) } }
             var lastID: Int64 = 0
             var audit: AuditLog?
+            func show(_ e: AuditEntry) {
+                print(json ? entryJSON(e).rendered
+                      : Terminal.safe("\(Story.clock(e.time)) \(e.taskID) \(e.event)\(e.verdict.map { " (\($0))" } ?? ""): \(e.detail)"))
+                lastID = max(lastID, e.id ?? 0)
+            }
             func drain(initial: Bool) throws {
                 // Read-write on purpose: a read-only connection opened while no writer has the database open
                 // gets a private WAL index and never sees later commits.
-                if audit == nil, access(dir + "/audit.sqlite", R_OK) == 0 { audit = try StatePaths.openAudit(dir, readOnly: false) }
+                if audit == nil, access(dir + "/" + StatePaths.auditFile, F_OK) == 0 {
+                    do { audit = try AuditLog(path: dir + "/" + StatePaths.auditFile) } catch {
+                        fputs(Terminal.safe("bgtask: audit trail \(error)") + "\n", stderr)
+                        throw ExitCode(ExitStatus.failure)
+                    }
+                }
                 guard let a = audit else { return }
-                var es = try a.entries(after: lastID)
-                if initial { es = Array(es.suffix(max(0, lines))) }
-                for e in es {
-                    print(json ? entryJSON(e).rendered : "\(Story.clock(e.time)) \(e.taskID) \(e.event)\(e.verdict.map { " (\($0))" } ?? ""): \(e.detail)")
-                    lastID = max(lastID, e.id ?? 0)
+                if initial {
+                    // The tail only: the table may hold 100,000 entries; -n 0 starts at the newest.
+                    lastID = try a.lastID()
+                    try a.tail(lines).forEach(show)
+                } else {
+                    try a.entries(after: lastID).forEach(show)
                 }
             }
             try drain(initial: true)
             guard !noFollow else { return }
-            guard fd >= 0 else {
-                fputs("bgtask: cannot follow \(dir): inotify: \(String(cString: strerror(errno)))\n", stderr)
-                throw ExitCode(1)
-            }
             var buf = [UInt8](repeating: 0, count: 4096)
-            while read(fd, &buf, buf.count) > 0 { try drain(initial: false) }
+            while true {
+                let n = read(fd, &buf, buf.count)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                // A database created after we started is read from its first entry: all of it is new.
+                try drain(initial: false)
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskPolicy
+import BgtaskConfig
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -17,11 +18,7 @@ extension Bgtask.PolicyCommand {
         var quiet = false
 
         func run() throws {
-            let paths = files.isEmpty ? PolicyLayers.files() : files
-            if paths.isEmpty {
-                fputs("bgtask: no policy files found (looked in Policies/, \(PolicyLayers.systemDirectory), \(PolicyLayers.userDirectory))\n", stderr)
-                throw ExitCode(1)
-            }
+            let paths: [PolicySource] = files.isEmpty ? PolicyLayers.sources() : files.map(PolicySource.file)
             let (policy, errors) = PolicyLayers.load(paths)
             if !errors.isEmpty {
                 PolicyLayers.printErrors(errors)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskConfig
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -9,9 +10,10 @@ extension Bgtask {
             commandName: "policy",
             abstract: "Check, show, explain and simulate the rules in Policies/*.toml (docs/policy.md).",
             discussion: """
-            Layers, lowest first: the shipped Policies/, /etc/bgtask/policy.d/*.toml, \
-            $XDG_CONFIG_HOME/bgtask/policy.d/*.toml. A later rule with the same id replaces an earlier one; \
-            `enabled = false` switches it off.
+            Layers, lowest first: the default policy built into bgtask (a file named default.toml in a \
+            layer directory takes its place), the shipped policies (share/bgtask/policies), \
+            /etc/bgtask/policy.d/*.toml, $XDG_CONFIG_HOME/bgtask/policy.d/*.toml. A later rule with the same id \
+            replaces an earlier one; `enabled = false` switches it off.
             """,
             subcommands: [Check.self, Show.self, Explain.self, Simulate.self])
     }
@@ -25,11 +27,11 @@ struct PolicyFilesOption: ParsableArguments {
     /// The merged policy; exits 78 (EX_CONFIG) when a layer does not load, since a decision from a
     /// partial policy would mislead.
     func load() throws -> BgtaskPolicyBox {
-        let (policy, errors) = PolicyLayers.load(PolicyLayers.files(extra: self.policy))
+        let (policy, errors) = PolicyLayers.load(PolicyLayers.sources(extra: self.policy))
         if !errors.isEmpty {
             PolicyLayers.printErrors(errors)
             fputs("bgtask: the policy does not load; fix the file\(Set(errors.map(\.location.file)).count == 1 ? "" : "s") above (bgtask policy check)\n", stderr)
-            throw ExitCode(78)
+            throw ExitCode(ExitStatus.config)
         }
         return BgtaskPolicyBox(policy: policy)
     }

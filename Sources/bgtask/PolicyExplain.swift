@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskConfig
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskRun

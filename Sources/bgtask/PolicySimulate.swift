@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes

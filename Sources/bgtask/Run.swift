@@ -3,6 +3,7 @@ import BgtaskPolicy
 import BgtaskProbes
 import BgtaskAudit
 import BgtaskRun
+import BgtaskConfig
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -15,7 +16,8 @@ extension Bgtask {
             Waits, without polling, until the policy's verdict is run (or throttle), starts the command in its \
             own process group, and follows every condition change. Exit status: the command's own (128+N if a \
             signal ended it); 75 when bgtask gave up waiting or expired the command; 2 for usage errors; \
-            73 when the audit trail cannot be written; 127/126 when the command cannot be found or executed.
+            78 when the policy does not load; 73 when the audit trail or the state directory cannot be \
+            written; 127/126 when the command cannot be found or executed.
             """)
 
         @Option(name: .long, help: ArgumentHelp("A name for the task, for messages and `bgtask why` (default: the command's name).", valueName: "name"))
@@ -78,28 +80,37 @@ extension Bgtask {
             task.requiresUnmetered = unmetered
             task.cpuHeavy = cpuHeavy
             task.userInitiated = userInitiated || kind == "continued"
-            var options = RunOptions(argv: command, task: task, probe: probe.probeOptions.applying(policy.settings))
+            var options = RunOptions(argv: Run.fullCommand ?? command, task: task, probe: probe.probeOptions.applying(policy.settings))
             options.noWait = noWait
             options.maxWait = maxWait.flatMap(parseDuration)
             options.budget = budget.flatMap(parseDuration)
             options.quiet = quiet
             options.cpuMonitor = !requiresExternalPower
-            options.mechanism = CapMechanism.preference(PolicyLayers.env("BGTASK_CAP_MECHANISM"))
+            options.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
 
-            let stateDir = StatePaths.directory
             let audit: AuditLog
+            let active: ActiveTasks
             do {
-                audit = try StatePaths.openAudit(stateDir)
-            } catch {
-                fputs("bgtask: cannot write the audit trail in \(stateDir): \(error)\n", stderr)
-                throw ExitCode(73)   // EX_CANTCREAT
+                audit = try State.audit(write: true)!
+                active = try ActiveTasks(runtimeDirectory: StatePaths.preparedRuntimeDirectory())
+            } catch let e as State.Failure {
+                fputs(Terminal.safe("bgtask: cannot write the audit trail: \(e.message)") + "\n", stderr)
+                throw ExitCode(e.status)
+            } catch let e as PathError {
+                fputs(Terminal.safe("bgtask: runtime directory: \(e)") + "\n", stderr)
+                throw ExitCode(ExitStatus.cantCreate)
             }
             audit.runID = "\(task.id)-\(getpid())-\(Int(wallClock()))"
+            options.runID = audit.runID
             try? audit.prune(now: wallClock())
-            for line in ActiveTasks.recover(stateDirectory: stateDir) where !quiet { fputs("bgtask: \(line)\n", stderr) }
-            let runner = Runner(options: options, policy: policy, observer: audit, state: ActiveTasks(stateDirectory: stateDir))
+            State.recover(probe: options.probe, audit: audit, quiet: quiet)
+            let runner = Runner(options: options, policy: policy, observer: audit, state: active)
             throw ExitCode(runner.run())
         }
+
+        /// The command after `--`, taken before ArgumentParser sees it (see `Bgtask.main`): parsing
+        /// 100,000 arguments through it is quadratic; a command line is passed on as it is.
+        nonisolated(unsafe) static var fullCommand: [String]?
 
         func taskName(_ path: String) -> String {
             let base = path.split(separator: "/").last.map(String.init) ?? path
@@ -109,21 +120,3 @@ extension Bgtask {
     }
 }
 
-/// `$XDG_STATE_HOME/bgtask` (default `~/.local/state/bgtask`), or `/var/lib/bgtask` for root.
-enum StatePaths {
-    static var directory: String {
-        if let d = PolicyLayers.env("BGTASK_STATE_DIR") { return d }
-        if geteuid() == 0 && PolicyLayers.env("XDG_STATE_HOME") == nil { return "/var/lib/bgtask" }
-        let base = PolicyLayers.env("XDG_STATE_HOME") ?? ((PolicyLayers.env("HOME") ?? "/tmp") + "/.local/state")
-        mkdir(base, 0o700)
-        return base + "/bgtask"
-    }
-
-    static func openAudit(_ dir: String, readOnly: Bool = false) throws -> AuditLog {
-        if !readOnly && mkdir(dir, 0o700) != 0 && errno != EEXIST {
-            throw ValidationError("\(dir): \(String(cString: strerror(errno)))")
-        }
-        if !readOnly && access(dir, W_OK) != 0 { throw ValidationError("\(dir): \(String(cString: strerror(errno)))") }
-        return try AuditLog(path: dir + "/audit.sqlite", readOnly: readOnly)
-    }
-}

@@ -108,6 +108,7 @@ enum WatchLine {
 
     static func human(_ u: ConditionUpdate, time: String) -> String {
         if u.initial { return "\(time) \(u.snapshot.summary)" }
+        if u.changes.isEmpty { return "\(time) no change  [\(u.trigger)]" }
         let parts = u.changes.filter { $0.path != "power.reason" }.map { c in
             "\(c.path) \(c.old.map(show) ?? "∅") → \(show(c.new))"
         }

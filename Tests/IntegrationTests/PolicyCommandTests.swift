@@ -9,11 +9,21 @@ final class PolicyEnv {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-policy-\(UUID().uuidString)")
     var userDir: URL { dir.appendingPathComponent("config/bgtask/policy.d") }
 
-    init() throws {
+    /// Outside umockdev, children read a recorded laptop on its charger (full, no thermal zones) and an
+    /// empty /proc, never this machine's own /sys, /proc or buses: a test machine on battery at 15 % or
+    /// in power-saver must not change a verdict.
+    let machine: FixtureTree
+
+    init(fixture: String = "power/05-asus-c300-full.umockdev") throws {
+        machine = try FixtureTree.load(fixture)
         try FileManager.default.createDirectory(at: userDir, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("etc"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("proc"), withIntermediateDirectories: true)
     }
-    deinit { try? FileManager.default.removeItem(at: dir) }
+    deinit {
+        machine.remove()
+        try? FileManager.default.removeItem(at: dir)
+    }
 
     var env: [String: String] { environment(preload: false) }
 
@@ -22,8 +32,13 @@ final class PolicyEnv {
         var o: [String: String?] = ["BGTASK_POLICY_DIR": repoRoot.appendingPathComponent("Policies").path,
                                     "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
                                     "XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
-                                    "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path]
-        if !preload { o["LD_PRELOAD"] = .some(nil); o["UMOCKDEV_DIR"] = .some(nil) }
+                                    "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                                    "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path]
+        if !preload {
+            o["LD_PRELOAD"] = .some(nil); o["UMOCKDEV_DIR"] = .some(nil)
+            o["BGTASK_SYSFS_ROOT"] = machine.root.path
+            o["BGTASK_PROC_ROOT"] = dir.appendingPathComponent("proc").path
+        }
         for (k, v) in extra { o[k] = v }
         return Child.environment(o)
     }
@@ -130,7 +145,7 @@ struct PolicyCommandTests {
         #expect(lines.last?.contains("resumed") == true)
         let bad = try p.run(["policy", "simulate", "--trace", "/nonexistent", "--task", "cpu_heavy"])
         #expect(bad.0 == 2)
-        #expect(bad.2.contains("/nonexistent: cannot read"))
+        #expect(bad.2.contains("/nonexistent:1:1: cannot read"))
     }
 }
 

@@ -106,24 +106,45 @@ extension UmockdevIntegrationTests {
         #expect(throttled.contains("rule heavy.on-battery ("))
     }
 
-    @Test("SIGKILL while the child is paused: the next run resumes it and the audit trail is intact", arguments: capMechanisms)
-    func crashWhilePausedIsRecovered(mechanism: String) throws {
+    @Test("SIGKILL of bgtask while its child is paused: the next invocation records it, and the policy still says pause, so the command is stopped, not left frozen",
+          arguments: capMechanisms)
+    func crashWhilePausedIsRecorded(mechanism: String) throws {
         let p = try PolicyEnv()
         try p.userPolicy("50-pause.toml", "[[rule]]\nid = \"pause-late\"\nwhen = 'task.running > 300ms'\nverdict = \"pause\"\n")
         let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism])
-        // Ignoring SIGHUP: when its parent dies the kernel sends an orphaned, stopped group SIGHUP and SIGCONT.
-        let run = try Child(Child.bgtaskPath, ["run", "--id", "frozen", "--", "sh", "-c", "trap '' HUP; while :; do :; done"], environment: env)
-        let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
-        let pid = try #require(startedPID(started))
+        let pid = try startAndKillWhilePaused(p, env)
         defer { kill(-pid, SIGKILL) }
-        _ = try #require(run.errorLine(within: 5) { $0.contains("paused") }, "\(run.stderr)")
-        kill(run.process.processIdentifier, SIGKILL)
-        _ = run.waitExit(within: 5)
 
         let next = try Child.run(Child.bgtaskPath, ["run", "--id", "next", "--", "true"], environment: env)
         #expect(next.0 == 0)
-        #expect(next.2.contains("resumed process group \(pid)"), "\(next.2)")
-        // It runs again: its CPU time grows.
+        #expect(next.2.contains("bgtask: recovered frozen: bgtask (pid "), "\(next.2)")
+        #expect(next.2.contains("the command (process group \(pid)) was left frozen"), "\(next.2)")
+        #expect(next.2.contains("stopped it (SIGTERM") && next.2.contains("policy says pause") && next.2.contains("rule pause-late ("), "\(next.2)")
+        // Gone, not frozen for ever.
+        #expect(processState(pid) == nil || processState(pid) == "Z")
+        let why = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: p.env)
+        #expect(why.0 == 0)
+        #expect(why.1.contains("Paused at ") && why.1.contains("rule pause-late ("), "\(why.1)")
+        #expect(why.1.contains("its supervisor was found gone: bgtask (pid ") && why.1.contains("was left frozen"), "\(why.1)")
+        #expect(why.1.contains("Recovery at ") && why.1.contains("stopped it (SIGTERM"), "\(why.1)")
+        // A second look finds nothing more to do: the record is gone.
+        let again = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: p.env)
+        #expect(!again.2.contains("recovered"), "\(again.2)")
+    }
+
+    @Test("SIGKILL of bgtask while its child is paused: when the policy now says run, the next invocation resumes it", arguments: capMechanisms)
+    func crashWhilePausedIsResumedWhenAllowed(mechanism: String) throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-pause.toml", "[[rule]]\nid = \"pause-late\"\nwhen = 'task.running > 300ms'\nverdict = \"pause\"\n")
+        let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism])
+        let pid = try startAndKillWhilePaused(p, env)
+        defer { kill(-pid, SIGKILL) }
+        try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("50-pause.toml"))
+
+        // `why` alone is enough to notice and put it right.
+        let why = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: env)
+        #expect(why.2.contains("was left frozen; resumed it (policy says run"), "\(why.2)")
+        #expect(processState(pid) != "T")
         func cpu() -> Double {
             let f = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: ")").last?.split(separator: " ") ?? []
             return f.count > 12 ? (Double(f[11]) ?? 0) + (Double(f[12]) ?? 0) : 0
@@ -132,9 +153,24 @@ extension UmockdevIntegrationTests {
         let deadline = Date().addingTimeInterval(5)
         while cpu() <= before && Date() < deadline { usleep(50_000) }   // waiting for the scheduler to run it
         #expect(cpu() > before)
-        let why = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: p.env)
-        #expect(why.0 == 0)
-        #expect(why.1.contains("Paused at ") && why.1.contains("rule pause-late ("))
+        let story = try Child.run(Child.bgtaskPath, ["why", "frozen"], environment: env)
+        #expect(story.1.contains("Recovery at ") && story.1.contains("resumed it"), "\(story.1)")
+    }
+
+    /// Starts a busy command that the policy pauses, SIGKILLs bgtask while it is paused; returns the command's pid.
+    func startAndKillWhilePaused(_ p: PolicyEnv, _ env: [String: String]) throws -> pid_t {
+        // Ignoring SIGHUP: when its parent dies the kernel sends an orphaned, stopped group SIGHUP and SIGCONT.
+        let run = try Child(Child.bgtaskPath, ["run", "--id", "frozen", "--", "sh", "-c", "trap '' HUP; while :; do :; done"], environment: env)
+        let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        let pid = try #require(startedPID(started))
+        _ = try #require(run.errorLine(within: 5) { $0.contains("paused") }, "\(run.stderr)")
+        // Not waited for: Foundation hears of bgtask's death only when the orphaned command (which inherited
+        // its watch socket) exits too; kill(0) failing is what matters.
+        let bgtask = run.process.processIdentifier
+        kill(bgtask, SIGKILL)
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline, processState(bgtask).map({ $0 != "Z" }) ?? false { usleep(10_000) }   // SIGKILL has no event to wait on
+        return pid
     }
 }
 
@@ -171,7 +207,8 @@ struct RunCommandTests {
         try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("bad.toml"))
         let unwritable = try Child.run(Child.bgtaskPath, ["run", "--", "true"],
                                        environment: p.environment(preload: false, ["BGTASK_STATE_DIR": "/etc/passwd/state"]))
-        #expect(unwritable.0 == 73 && unwritable.2.contains("cannot write the audit trail in /etc/passwd/state"))
+        #expect(unwritable.0 == 73 && unwritable.2.contains("cannot write the audit trail: state directory /etc/passwd: is not a directory"),
+                "\(unwritable.2)")
         let ok = try p.run(["run", "--", "sh", "-c", "exit 7"])
         #expect(ok.0 == 7)
     }

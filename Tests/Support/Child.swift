@@ -105,21 +105,24 @@ public final class Child: @unchecked Sendable {
     public func stop(grace: Double = 3) {
         guard !stopped else { return }
         stopped = true
+        // Bounded throughout: Foundation learns of an exit through a socket the child inherits, so a
+        // grandchild that outlives it (an orphaned command) can delay the news indefinitely.
         if process.isRunning {
             process.terminate()
             if exited.wait(timeout: .now() + grace) == .timedOut {
                 kill(process.processIdentifier, SIGKILL)
-                exited.wait()
+                _ = exited.wait(timeout: .now() + 5)
             }
         } else {
-            exited.wait()
+            _ = exited.wait(timeout: .now() + 5)
         }
     }
     private var stopped = false
 
-    /// Runs to completion and returns (status, stdout, stderr).
+    /// Runs to completion and returns (status, stdout, stderr); killed (SIGKILL, status 9 by signal) if it
+    /// is still running after `deadline` seconds, so no test waits for ever on a hung child.
     public static func run(_ executable: String, _ arguments: [String],
-                           environment: [String: String] = Child.environment()) throws -> (Int32, String, String) {
+                           environment: [String: String] = Child.environment(), deadline: Double = 60) throws -> (Int32, String, String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments
@@ -129,6 +132,12 @@ public final class Child: @unchecked Sendable {
         p.standardError = err
         p.standardInput = FileHandle.nullDevice
         try p.run()
+        let pid = p.processIdentifier
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + deadline)
+        timer.setEventHandler { kill(pid, SIGKILL) }
+        timer.resume()
+        defer { timer.cancel() }
         let o = out.fileHandleForReading.readDataToEndOfFile()
         let e = err.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()

@@ -1,0 +1,39 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// Where bgtask keeps what must survive (the audit trail) and what must not survive a reboot (the
+/// records of running supervisors), by the XDG base directory rules.
+public enum StatePaths {
+    /// `BGTASK_STATE_DIR`, else `/var/lib/bgtask` for root without `XDG_STATE_HOME`, else
+    /// `$XDG_STATE_HOME/bgtask`, else `~/.local/state/bgtask` (home from HOME or the password database).
+    public static func stateDirectory() throws(PathError) -> String {
+        if let d = Environment.get("BGTASK_STATE_DIR") { return d }
+        if let x = Environment.get("XDG_STATE_HOME"), x.hasPrefix("/") { return x + "/bgtask" }
+        if geteuid() == 0 { return "/var/lib/bgtask" }
+        return try Environment.home() + "/.local/state/bgtask"
+    }
+
+    /// `BGTASK_RUNTIME_DIR`, else `/run/bgtask` for root, else `$XDG_RUNTIME_DIR/bgtask`, else
+    /// `/run/user/UID/bgtask` when that exists, else `/tmp/bgtask-UID` (private, checked like the rest).
+    public static func runtimeDirectory() throws(PathError) -> String {
+        if let d = Environment.get("BGTASK_RUNTIME_DIR") { return d }
+        if geteuid() == 0 && Environment.get("XDG_RUNTIME_DIR") == nil { return "/run/bgtask" }
+        if let x = Environment.get("XDG_RUNTIME_DIR"), x.hasPrefix("/") { return x + "/bgtask" }
+        let run = "/run/user/\(geteuid())"
+        var st = stat()
+        if stat(run, &st) == 0, st.st_uid == geteuid() { return run + "/bgtask" }
+        return "/tmp/bgtask-\(geteuid())"
+    }
+
+    /// The state directory, created (0700) and checked.
+    public static func preparedStateDirectory() throws(PathError) -> String {
+        try SecureDirectory.prepare(stateDirectory())
+    }
+
+    public static func preparedRuntimeDirectory() throws(PathError) -> String {
+        try SecureDirectory.prepare(runtimeDirectory())
+    }
+
+    public static let auditFile = "audit.sqlite"
+}

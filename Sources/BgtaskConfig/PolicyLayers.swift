@@ -1,0 +1,128 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskPolicy
+import BgtaskProbes
+
+/// One layer of the policy: the built-in default, or a file.
+public enum PolicySource: Sendable, Equatable {
+    case builtIn
+    case file(String)
+
+    /// As `policy show` and error messages name it.
+    public var name: String {
+        switch self {
+        case .builtIn: return BuiltinPolicy.path
+        case .file(let p): return PolicyLayers.display(p)
+        }
+    }
+}
+
+/// Finds and reads the policy layers. The policy module does no I/O; this is where files are read.
+public enum PolicyLayers {
+    /// The shipped files: BGTASK_POLICY_DIR, else `<prefix>/share/bgtask/policies` beside the binary,
+    /// else the `Policies/` of the source tree a development build runs from; nil when none is found
+    /// (a binary installed alone), and then the built-in default is all there is of that layer.
+    public static var shippedDirectory: String? {
+        if let d = Environment.get("BGTASK_POLICY_DIR") { return d }
+        var exe = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &exe, exe.count - 1)
+        guard n > 0 else { return nil }
+        var dir = String(decoding: exe[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        dir = String(dir[..<(dir.lastIndex(of: "/") ?? dir.endIndex)])
+        if isFile(dir + "/../share/bgtask/policies/default.toml") { return canonical(dir + "/../share/bgtask/policies") }
+        var up = dir
+        for _ in 0..<5 {
+            if isFile(up + "/Policies/default.toml") { return canonical(up + "/Policies") }
+            up += "/.."
+        }
+        return nil
+    }
+
+    static func canonical(_ p: String) -> String {
+        guard let r = realpath(p, nil) else { return p }
+        defer { free(r) }
+        return String(cString: r)
+    }
+
+    public static var systemDirectory: String { Environment.get("BGTASK_SYSTEM_POLICY_DIR") ?? "/etc/bgtask/policy.d" }
+    public static var userDirectory: String {
+        if let x = Environment.get("XDG_CONFIG_HOME"), x.hasPrefix("/") { return x + "/bgtask/policy.d" }
+        return ((try? Environment.home()) ?? "/nonexistent") + "/.config/bgtask/policy.d"
+    }
+
+    /// Every layer, lowest first: the built-in default, the shipped files, /etc, $XDG_CONFIG_HOME, then
+    /// files named on the command line. A file called `default.toml` in a layer directory takes the
+    /// built-in's place (so an installed or edited copy of the default wins over the one compiled in).
+    public static func sources(extra: [String] = []) -> [PolicySource] {
+        var files: [String] = []
+        for dir in [shippedDirectory, systemDirectory, userDirectory].compactMap({ $0 }) {
+            files += listTOML(dir)
+        }
+        let replaced = files.contains { $0.hasSuffix("/" + BuiltinPolicy.name) }
+        return (replaced ? [] : [.builtIn]) + (files + extra).map(PolicySource.file)
+    }
+
+    static func listTOML(_ dir: String) -> [String] {
+        guard let d = opendir(dir) else { return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            if name.hasSuffix(".toml") && !name.hasPrefix(".") { names.append(name) }
+        }
+        return names.sorted().map { dir + "/" + $0 }
+    }
+
+    static func isFile(_ p: String) -> Bool { var st = stat(); return stat(p, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG }
+
+    /// Paths under the working directory are shown relative to it (`Policies/default.toml:22`).
+    public static func display(_ path: String) -> String {
+        guard let raw = getcwd(nil, 0) else { return path }
+        defer { free(raw) }
+        let cwd = String(cString: raw)
+        return path.hasPrefix(cwd + "/") ? String(path.dropFirst(cwd.count + 1)) : path
+    }
+
+    /// Reads and checks every layer. A layer that fails is left out (those below it stay in force) and its
+    /// errors are returned; a missing, unreadable or non-regular file is an error naming the path.
+    public static func load(_ sources: [PolicySource]) -> (Policy, [PolicyError]) {
+        var good: [PolicyFile] = []
+        var errors: [PolicyError] = []
+        for source in sources {
+            let text: String
+            switch source {
+            case .builtIn: text = BuiltinPolicy.text
+            case .file(let path):
+                switch readText(path) {
+                case .failure(let e): errors += e.errors; continue
+                case .success(let t): text = t
+                }
+            }
+            switch PolicyFile.parse(text, path: source.name) {
+            case .success(let f): good.append(f)
+            case .failure(let es): errors += es.errors
+            }
+        }
+        return (Policy.merge(good), errors)
+    }
+
+    public static func load(paths: [String]) -> (Policy, [PolicyError]) { load(paths.map(PolicySource.file)) }
+
+    public static let maxPolicyBytes = 4 << 20
+
+    /// A policy (or conditions) file's text: a regular file (never a FIFO, which would block), at most
+    /// 4 MiB, valid UTF-8 without NUL or control characters; errors carry file:line:col.
+    public static func readText(_ path: String) -> Result<String, PolicyErrors> {
+        let shown = display(path)
+        func fail(_ m: String) -> Result<String, PolicyErrors> {
+            .failure(PolicyErrors([PolicyError(location: SourceLocation(file: shown, line: 1, column: 1), message: m)]))
+        }
+        switch FileIO.readBytes(path, limit: maxPolicyBytes + 1) {
+        case .failure(let e): return fail("cannot read: \(e.detail ?? String(cString: strerror(e.errno)))")
+        case .success(let bytes):
+            if bytes.count > maxPolicyBytes { return fail("larger than 4 MiB, not a policy file") }
+            return PolicyFile.text(bytes, path: shown)
+        }
+    }
+}

@@ -1,0 +1,65 @@
+import ArgumentParser
+import BgtaskAudit
+import BgtaskConfig
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskRun
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// The CLI's access to the state directory and the audit trail, and the crash recovery every
+/// invocation that reads or writes tasks' state does first.
+enum State {
+    struct Failure: Error, CustomStringConvertible {
+        var message: String
+        var status: Int32
+        var description: String { message }
+    }
+
+    /// The audit trail, for writing (creating the directory, 0700, checked) or reading (nil if none yet).
+    static func audit(write: Bool) throws -> AuditLog? {
+        do {
+            if write {
+                let dir = try StatePaths.preparedStateDirectory()
+                return try AuditLog(path: dir + "/" + StatePaths.auditFile)
+            }
+            let dir = try StatePaths.stateDirectory()
+            guard access(dir + "/" + StatePaths.auditFile, F_OK) == 0 else { return nil }
+            try SecureDirectory.verify(dir)
+            return try AuditLog(path: dir + "/" + StatePaths.auditFile, readOnly: true)
+        } catch let e as PathError {
+            throw Failure(message: "state directory \(e)", status: ExitStatus.cantCreate)
+        } catch let e as AuditError {
+            throw Failure(message: "audit trail \(e)", status: write ? ExitStatus.cantCreate : ExitStatus.failure)
+        }
+    }
+
+    /// Records and puts right what killed `bgtask run`s left behind; prints what it did unless quiet.
+    /// The policy and the conditions are read only when an orphaned command is still alive.
+    static func recover(probe: ProbeOptions, audit: AuditLog?, quiet: Bool) {
+        guard let runtime = try? StatePaths.runtimeDirectory() else { return }
+        var cachedPolicy: Policy?
+        var cachedValues: [String: PolicyValue]?
+        var writer = audit
+        let lines = Recovery.recoverAll(runtimeDirectory: runtime, observer: LazyObserver { writer = writer ?? (try? State.audit(write: true)) ?? nil; return writer }) { task in
+            if cachedPolicy == nil {
+                let (p, errors) = PolicyLayers.load(PolicyLayers.sources())
+                cachedPolicy = errors.isEmpty ? p : nil
+            }
+            guard let policy = cachedPolicy else { return nil }
+            if cachedValues == nil {
+                cachedValues = ConditionConversion.values(Prober(options: probe.applying(policy.settings)).snapshot().conditions)
+            }
+            return Policy.Evaluator(policy: policy, conditions: cachedValues ?? [:], time: localTime()).decideNow(task)
+        }
+        if !quiet { for l in lines { fputs(Terminal.safe("bgtask: recovered \(l)") + "\n", stderr) } }
+    }
+}
+
+/// Opens the audit trail only when there is something to record.
+final class LazyObserver: RunObserver {
+    let open: () -> AuditLog?
+    init(_ open: @escaping () -> AuditLog?) { self.open = open }
+    func record(_ event: RunEvent, task: TaskFields) { open()?.record(event, task: task) }
+}
