@@ -25,8 +25,9 @@ public enum Simulation {
     /// An event is produced when something happens to the task, when the deciding rule changes, or when
     /// a hold starts or stops counting. Holds that elapse between two lines take effect at their own time;
     /// after the last line conditions are taken to stay until pending holds elapse.
+    /// `label` says an instant of the trace's clock in words, for holds' "held until …".
     public static func run(policy: Policy, task: TaskFields, records: [TraceRecord],
-                           time: (Double) -> TimeFields) -> [SimulationEvent] {
+                           time: (Double) -> TimeFields, label: @escaping (Double) -> String = { "t=\($0)" }) -> [SimulationEvent] {
         guard let t0 = records.first?.time else { return [] }
         var machine = TaskMachine(task: task, enqueuedAt: t0)
         var events: [SimulationEvent] = []
@@ -34,6 +35,7 @@ public enum Simulation {
 
         func step(_ conditions: [String: PolicyValue], at now: Double, holdElapsed: Bool) -> Decision {
             let evaluator = Policy.Evaluator(policy: policy, conditions: conditions, time: time(now))
+            evaluator.timeLabel = { t, _ in label(t) }
             let (d, actions) = machine.step(evaluator, now: now)
             let key = "\(d.verdict)|\(d.matches.first?.ruleID ?? "")|\(d.cpuPercent ?? 0)|\(d.pending.map(\.ruleID))"
             if !actions.isEmpty || key != lastKey {

@@ -39,8 +39,16 @@ public struct PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         var s = "\(location.full): \(message)"
-        if let line = sourceLine {
-            let pad = String(repeating: " ", count: max(0, location.column - 1))
+        if var line = sourceLine {
+            // A window of at most 120 characters around the column: a generated file can have a huge line.
+            var column = location.column
+            let chars = Array(line)
+            if chars.count > 120 {
+                let start = max(0, min(column - 40, chars.count - 120))
+                line = (start > 0 ? "…" : "") + String(chars[start..<min(chars.count, start + 120)]) + (start + 120 < chars.count ? "…" : "")
+                column = column - start + (start > 0 ? 1 : 0)
+            }
+            let pad = String(repeating: " ", count: max(0, column - 1))
             s += "\n    \(line)\n    \(pad)^" + String(repeating: "~", count: max(0, min(length, 80) - 1))
         }
         return s

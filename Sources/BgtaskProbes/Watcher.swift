@@ -50,12 +50,14 @@ public enum ConditionWatcher {
         return WatchHandle(engine: engine)
     }
 
-    public static func updates(_ options: WatchOptions = .init()) -> AsyncStream<ConditionUpdate> {
+    /// `finished` runs once the watcher has stopped (after the consumer stops iterating, or on its own).
+    public static func updates(_ options: WatchOptions = .init(),
+                               finished: @escaping @Sendable () -> Void = {}) -> AsyncStream<ConditionUpdate> {
         AsyncStream(bufferingPolicy: .unbounded) { continuation in
             let handle = start(options, deliver: { update in
                 if case .terminated = continuation.yield(update) { return false }
                 return true
-            }, finished: { continuation.finish() })
+            }, finished: { continuation.finish(); finished() })
             continuation.onTermination = { _ in handle.stop() }
         }
     }

@@ -56,7 +56,8 @@ enum TaskCgroup {
         /// After the spawn: the task's cgroup, with the child moved in; nil falls back to signals.
         func create(for pid: pid_t, name: String) -> TaskCgroup? {
             switch self {
-            case .v2(let base): return CgroupV2.create(under: base, name: name, pid: pid).map(TaskCgroup.v2)
+            // Prefixed: the delegated cgroup may hold others' cgroups, and the sweep removes only bgtask's.
+            case .v2(let base): return CgroupV2.create(under: base, name: "bgtask-" + name, pid: pid).map(TaskCgroup.v2)
             case .v1: return CgroupV1.create(name: name, pid: pid).map(TaskCgroup.v1)
             case .none: return nil
             }

@@ -48,10 +48,14 @@ public enum Recovery {
         let boot = ProcInfo.bootID()
         var orphans: [Orphan] = []
         for n in names.sorted() {
-            let path = dir + "/" + n
-            let pidPart = n.hasSuffix(".rec.tmp") ? String(n.dropLast(8)) : n.hasSuffix(".rec") ? String(n.dropLast(4)) : ""
-            guard let owner = pid_t(pidPart), owner > 1 else { continue }
-            if n.hasSuffix(".tmp") { if !isAlive(owner) { unlink(path) }; continue }
+            var path = dir + "/" + n
+            // `<pid>.rec`; `<pid>.rec.tmp` while being written; `<pid>.rec.<claimer>.claim` while a recoverer works on it.
+            let parts = n.split(separator: ".").map(String.init)
+            guard parts.count >= 2, parts[1] == "rec", let owner = pid_t(parts[0]), owner > 1 else { continue }
+            if parts.count == 3 && parts[2] == "tmp" { if !isAlive(owner) { unlink(path) }; continue }
+            if parts.count == 4 && parts[3] == "claim" {
+                guard let claimer = pid_t(parts[2]), !isAlive(claimer) else { continue }   // another recoverer's
+            } else if parts.count != 2 { continue }
             do { try SecureDirectory.checkFile(path) } catch { notes.append("ignored \(error)"); continue }
             guard case .success(let bytes) = FileIO.readBytes(path, limit: SupervisorRecord.maxBytes + 1, noFollow: true),
                   bytes.count <= SupervisorRecord.maxBytes,
@@ -65,6 +69,11 @@ public enum Recovery {
                 continue
             }
             if owner == getpid() || ProcInfo.isSame(owner, start: r.supervisorStart) { continue }
+            // The supervisor is gone. A clean exit removes the record before the process ends, so if the
+            // record is still there it was not clean; claiming it by rename means one recoverer acts, not two.
+            let claimed = dir + "/\(owner).rec.\(getpid()).claim"
+            guard rename(path, claimed) == 0 else { continue }
+            path = claimed
             let alive = ProcInfo.isSame(r.pgid, start: r.childStart) && ProcInfo.owner(r.pgid) == geteuid()
             orphans.append(Orphan(record: r, path: path, alive: alive))
         }
@@ -176,7 +185,8 @@ public enum Recovery {
                 names.append(withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } })
             }
             closedir(d)
-            for n in names where validName(n) {
+            // In the v2 delegated cgroup, only bgtask's own (`bgtask-…`); v1's `bgtask/` directory is all ours.
+            for n in names where validName(n) && (dir.hasSuffix("/bgtask") || n.hasPrefix("bgtask-")) {
                 guard let dash = n.lastIndex(of: "-"), let pid = pid_t(n[n.index(after: dash)...]), pid != getpid(), !isAlive(pid) else { continue }
                 if rmdir(dir + "/" + n) == 0 { removed.append(dir + "/" + n) }
             }
@@ -206,7 +216,7 @@ extension Recovery {
                                       exitStatus: nil, runID: o.record.runID), task: o.record.task)
             lines.append("\(o.record.task.id): \(lost); \(done)")
         }
-        if !orphans.isEmpty { sweepCgroups() }
+        sweepCgroups()   // empty cgroups of runs that are gone, crashed or not (a v2 leaf outlives its run)
         return lines
     }
 }

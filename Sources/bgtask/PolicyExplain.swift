@@ -35,7 +35,7 @@ extension Bgtask.PolicyCommand {
             if json {
                 print(ExplainOutput.json(decision, rules).rendered)
             } else {
-                print(ExplainOutput.text(t, decision, rules))
+                out(ExplainOutput.text(t, decision, rules))
             }
         }
     }

@@ -26,8 +26,8 @@ extension Bgtask.PolicyCommand {
                 ]).rendered)
                 return
             }
-            print("# layers: \(policy.files.isEmpty ? "none" : policy.files.joined(separator: " < "))")
-            print("# settings: " + policy.settings.values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
+            out("# layers: \(policy.files.isEmpty ? "none" : policy.files.joined(separator: " < "))")
+            out("# settings: " + policy.settings.values.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
             for r in policy.rules {
                 var extra: [String] = []
                 if let c = r.cpuPercent { extra.append("cpu_percent=\(c)") }
@@ -35,8 +35,8 @@ extension Bgtask.PolicyCommand {
                 if r.holdOn > 0 { extra.append("hold_on=\(formatDuration(r.holdOn))") }
                 if r.holdOff > 0 { extra.append("hold_off=\(formatDuration(r.holdOff))") }
                 if r.whenUnknown == .match { extra.append("when_unknown=match") }
-                print("\(r.verdict.rawValue.padding(8)) \(r.id)  (\(r.location)\((policy.history[r.id] ?? []).map { "; \($0)" }.joined()))")
-                print("         when \(r.when)" + (extra.isEmpty ? "" : "  [\(extra.joined(separator: " "))]"))
+                out("\(r.verdict.rawValue.padding(8)) \(r.id)  (\(r.location)\((policy.history[r.id] ?? []).map { "; \($0)" }.joined()))")
+                out("         when \(r.when)" + (extra.isEmpty ? "" : "  [\(extra.joined(separator: " "))]"))
             }
         }
     }

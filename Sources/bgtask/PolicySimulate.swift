@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskConfig
+import BgtaskRun
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
@@ -25,9 +26,9 @@ extension Bgtask.PolicyCommand {
             let t = try TaskSpec.parse(task)
             let policy = try layers.load().policy
             let records = try TraceFile.read(trace)
-            let events = Simulation.run(policy: policy, task: t, records: records, time: ConditionValues.localTime)
+            let events = Simulation.run(policy: policy, task: t, records: records, time: ConditionValues.localTime, label: clockText)
             for e in events {
-                print(json ? e.json.rendered : e.text)
+                print(json ? e.json.rendered : Terminal.safe(e.text, keepNewlines: true))
             }
         }
     }

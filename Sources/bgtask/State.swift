@@ -63,3 +63,6 @@ final class LazyObserver: RunObserver {
     init(_ open: @escaping () -> AuditLog?) { self.open = open }
     func record(_ event: RunEvent, task: TaskFields) { open()?.record(event, task: task) }
 }
+
+/// Human output: a line with any control characters from outside (sysfs names, reasons) escaped.
+func out(_ s: String) { print(Terminal.safe(s, keepNewlines: true)) }

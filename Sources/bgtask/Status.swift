@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskProbes
+import BgtaskConfig
 
 extension Bgtask {
     struct Status: ParsableCommand {
@@ -20,20 +21,20 @@ extension Bgtask {
                 print(snap.json.rendered)
                 return
             }
-            print(snap.summary)
+            out(snap.summary)
             if verbose {
-                print("  power:   \(snap.power.reason)")
-                print("  battery: \(snap.battery.reason)")
-                print("  thermal: \(snap.thermal.reason)")
-                print("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
-                print("  profile: \(snap.system.powerProfileSource)")
-                print("  upower:  \(snap.upower.reason)")
-                if let d = snap.disagreement { print("  note:    \(d)") }
+                out("  power:   \(snap.power.reason)")
+                out("  battery: \(snap.battery.reason)")
+                out("  thermal: \(snap.thermal.reason)")
+                out("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
+                out("  profile: \(snap.system.powerProfileSource)")
+                out("  upower:  \(snap.upower.reason)")
+                if let d = snap.disagreement { out("  note:    \(d)") }
                 for s in snap.supplies {
-                    for n in s.notes { print("  \(s.name): \(n)") }
+                    for n in s.notes { out("  \(s.name): \(n)") }
                 }
                 for z in snap.zones {
-                    for n in z.notes + z.ignoredTrips { print("  \(z.name): \(n)") }
+                    for n in z.notes + z.ignoredTrips { out("  \(z.name): \(n)") }
                 }
             }
         }

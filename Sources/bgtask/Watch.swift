@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskProbes
+import BgtaskConfig
 import Dispatch
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -68,7 +69,7 @@ final class LinePrinter: @unchecked Sendable {
 
     func print(_ update: ConditionUpdate) -> Bool {
         let time = WatchLine.timestamp()
-        Swift.print(json ? WatchLine.json(update, time: time).rendered : WatchLine.human(update, time: time))
+        Swift.print(json ? WatchLine.json(update, time: time).rendered : Terminal.safe(WatchLine.human(update, time: time)))
         if let f = record {
             fputs(WatchLine.record(update, time: time).rendered + "\n", f)
             fflush(f)

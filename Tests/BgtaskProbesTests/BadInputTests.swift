@@ -150,10 +150,13 @@ struct WatcherStreamTests {
         let tree = try FixtureTree.load("laptop-node-exporter.umockdev")
         defer { tree.remove() }
         var first: ConditionUpdate?
-        for await u in ConditionWatcher.updates(WatchOptions(probe: tree.options(), thermalIntervalMs: nil)) {
+        let ended = DispatchSemaphore(value: 0)
+        for await u in ConditionWatcher.updates(WatchOptions(probe: tree.options(), thermalIntervalMs: nil), finished: { ended.signal() }) {
             first = u
             break
         }
+        // Leaving the loop ends the stream, which stops the watcher: its thread finishes.
+        #expect(ended.wait(timeout: .now() + 5) == .success, "the watcher kept running after the loop ended")
         let u = try #require(first)
         #expect(u.initial)
         #expect(u.trigger == "start")

@@ -39,7 +39,7 @@ final class PolicyEnv {
             o["BGTASK_SYSFS_ROOT"] = machine.root.path
             o["BGTASK_PROC_ROOT"] = dir.appendingPathComponent("proc").path
         }
-        for (k, v) in extra { o[k] = v }
+        for (k, v) in extra { o.updateValue(v, forKey: k) }   // a nil value unsets the variable
         return Child.environment(o)
     }
 

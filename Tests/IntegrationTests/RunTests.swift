@@ -90,6 +90,56 @@ extension UmockdevIntegrationTests {
         #expect(story.contains("killed by signal 15") || story.contains("exit 143"))
     }
 
+    @Test("while a hold keeps the task waiting after the charger returns, run and why say it is a hold and when it lets go")
+    func holdsExplainThemselves() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-hold.toml", immediatePowerRule + "\nhold_off = \"2s\"\n")
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "held", "--requires-external-power", "--", "true"],
+                            environment: p.environment(preload: true))
+        defer { run.stop() }
+        _ = try #require(run.errorLine(within: 10) { $0.contains("waiting: waiting for external power") }, "\(run.stderr)")
+        tb.plug(laptop, true)
+        let held = try #require(run.errorLine(within: 3) { $0.contains("waiting:") }, "\(run.stderr)")
+        #expect(held.contains("its condition cleared (now power.external = true); held until "), "\(held)")
+        #expect(held.contains("unless it changes again (hold_off 2s)") && held.contains("rule processing.needs-power ("), "\(held)")
+        #expect(!held.contains("is online"), "a hold must not repeat the cause that is gone: \(held)")
+        _ = try #require(run.errorLine(within: 5) { $0.contains("started") }, "\(run.stderr)")
+        #expect(run.waitExit(within: 5) == 0)
+        let why = try Child.run(Child.bgtaskPath, ["why", "held"], environment: p.env)
+        #expect(why.1.contains("held until ") && why.1.contains("hold_off 2s"), "\(why.1)")
+    }
+
+    @Test("once the budget's SIGTERM is sent, a pause verdict does not freeze the dying command; SIGKILL ends it")
+    func expiryIsNotPaused() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-expiry.toml", """
+        [run]
+        expire_grace = "3s"
+        [[rule]]
+        id = "pause-unplugged"
+        when = 'power.external == false'
+        verdict = "pause"
+        """)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "dying", "--budget", "1s", "--", "sh", "-c", "trap '' TERM; while :; do :; done"],
+                            environment: p.environment(preload: true))
+        defer { run.stop() }
+        let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        let pid = try #require(startedPID(started))
+        defer { kill(-pid, SIGKILL) }
+        _ = try #require(run.errorLine(within: 5) { $0.contains("budget used up") }, "\(run.stderr)")
+        tb.plug(laptop, false)
+        _ = try #require(run.errorLine(within: 8) { $0.contains("finished") }, "\(run.stderr)")
+        #expect(run.waitExit(within: 5) == 75)
+        #expect(!run.stderr.contains("paused"), "\(run.stderr)")
+        #expect(run.stderr.contains("killed by signal 9"), "\(run.stderr)")
+    }
+
     @Test("the CPU monitor marks undeclared heavy work on battery, and the rules for CPU-heavy work then apply")
     func cpuMonitorMarksHeavyWork() throws {
         try requirePreload()
@@ -112,10 +162,16 @@ extension UmockdevIntegrationTests {
         let p = try PolicyEnv()
         try p.userPolicy("50-pause.toml", "[[rule]]\nid = \"pause-late\"\nwhen = 'task.running > 300ms'\nverdict = \"pause\"\n")
         let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism])
-        let pid = try startAndKillWhilePaused(p, env)
+        let (pid, supervisor) = try startAndKillWhilePaused(p, env)
         defer { kill(-pid, SIGKILL) }
 
         let next = try Child.run(Child.bgtaskPath, ["run", "--id", "next", "--", "true"], environment: env)
+        if mechanism == "cgroup" {
+            // The dead run's cgroups are gone with its command, not left behind empty.
+            for h in ["cpu", "freezer"] {
+                #expect(!FileManager.default.fileExists(atPath: "/sys/fs/cgroup/\(h)/bgtask/frozen-\(supervisor)"), "\(h) cgroup left behind")
+            }
+        }
         #expect(next.0 == 0)
         #expect(next.2.contains("bgtask: recovered frozen: bgtask (pid "), "\(next.2)")
         #expect(next.2.contains("the command (process group \(pid)) was left frozen"), "\(next.2)")
@@ -137,7 +193,7 @@ extension UmockdevIntegrationTests {
         let p = try PolicyEnv()
         try p.userPolicy("50-pause.toml", "[[rule]]\nid = \"pause-late\"\nwhen = 'task.running > 300ms'\nverdict = \"pause\"\n")
         let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism])
-        let pid = try startAndKillWhilePaused(p, env)
+        let (pid, _) = try startAndKillWhilePaused(p, env)
         defer { kill(-pid, SIGKILL) }
         try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("50-pause.toml"))
 
@@ -157,8 +213,8 @@ extension UmockdevIntegrationTests {
         #expect(story.1.contains("Recovery at ") && story.1.contains("resumed it"), "\(story.1)")
     }
 
-    /// Starts a busy command that the policy pauses, SIGKILLs bgtask while it is paused; returns the command's pid.
-    func startAndKillWhilePaused(_ p: PolicyEnv, _ env: [String: String]) throws -> pid_t {
+    /// Starts a busy command that the policy pauses, SIGKILLs bgtask while it is paused; returns the command's pid and bgtask's.
+    func startAndKillWhilePaused(_ p: PolicyEnv, _ env: [String: String]) throws -> (pid_t, pid_t) {
         // Ignoring SIGHUP: when its parent dies the kernel sends an orphaned, stopped group SIGHUP and SIGCONT.
         let run = try Child(Child.bgtaskPath, ["run", "--id", "frozen", "--", "sh", "-c", "trap '' HUP; while :; do :; done"], environment: env)
         let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
@@ -170,7 +226,7 @@ extension UmockdevIntegrationTests {
         kill(bgtask, SIGKILL)
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline, processState(bgtask).map({ $0 != "Z" }) ?? false { usleep(10_000) }   // SIGKILL has no event to wait on
-        return pid
+        return (pid, bgtask)
     }
 }
 

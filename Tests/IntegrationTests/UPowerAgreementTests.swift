@@ -54,7 +54,23 @@ let upowerCases: [UPowerCase] = [
           + battery("BAT1", status: "Discharging", now: 3_000_000, full: 30_000_000, power: 2_000_000, index: 1),
           external: false, state: "discharging", upowerState: "discharging"),
     .init(name: "desktop: AC and no battery", supplies: ac(1), external: true, state: nil, upowerState: nil),
+    // UPower's own test_ups_no_ac: a UPS on its battery means OnBattery=true; the mains are out.
+    .init(name: "desktop behind a UPS on battery", supplies: ups(status: "Discharging"), external: false, state: nil, upowerState: nil),
+    .init(name: "desktop behind a UPS on the mains", supplies: ups(status: "Charging"), external: true, state: nil, upowerState: nil),
 ]
+
+private func ups(status: String) -> String {
+    """
+    P: /devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0/power_supply/ups
+    E: SUBSYSTEM=power_supply
+    A: type=UPS\\n
+    A: present=1\\n
+    A: status=\(status)\\n
+    A: capacity=70\\n
+    A: energy_now=35000000\\n
+    A: energy_full=50000000\\n
+    """ + "\n\n"
+}
 
 extension UmockdevIntegrationTests {
     @Test("bgtask and the real upowerd agree on on-battery, percentage and state", arguments: upowerCases)

@@ -60,8 +60,14 @@ struct UmockdevIntegrationTests {
         let hot = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
         #expect(newValue(try parseJSON(hot), "thermal.state") as? String == "serious")
 
-        // 84 °C is inside the hysteresis band under the 85 °C trip: no change.
+        // 84 °C is inside the hysteresis band under the 85 °C trip: no change. The zone's uevent makes the
+        // watcher read it at once, and the charger's uevent after it is a line that must come without a
+        // thermal.state change (events on one monitor arrive in order).
         tb.set(laptop.zone, "temp", "84000")
+        tb.uevent(laptop.zone)
+        tb.plug(laptop, false)
+        let unplugged = try parseJSON(try #require(watch.line(within: 3) { $0.contains("\"power.external\"") }))
+        #expect(newValue(unplugged, "thermal.state") == nil, "84 °C left serious: \(unplugged)")
         tb.set(laptop.zone, "temp", "70000")
         let cool = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
         #expect(newValue(try parseJSON(cool), "thermal.state") as? String == "nominal")
