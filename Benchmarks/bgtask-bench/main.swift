@@ -4,6 +4,7 @@
 //   3. charger uevent → `bgtask watch --json` line, over N toggles (median, p99)
 //   4. wake-ups of an idle `bgtask watch`, with and without thermal zones
 // These VMs are noisy: medians and ratios are what to read.
+import BgtaskAudit
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskTestSupport
@@ -71,6 +72,26 @@ guard Testbed.preloaded else {
     exit(2)
 }
 
+// posix_spawn + waitpid, output to /dev/null: Foundation's Process adds ~50 ms of its own.
+func timeProcess(_ path: String, _ a: [String], n: Int, env: [String: String]) -> [Double] {
+    let argv = ([path] + a).map { strdup($0) } + [nil]
+    let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    return (0..<n).map { _ in
+        var pid: pid_t = 0
+        let t0 = now()
+        precondition(posix_spawn(&pid, path, &actions, nil, argv, envp) == 0)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        return Double(now() - t0) / 1_000_000
+    }
+}
+
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 func percentile(_ xs: [Double], _ p: Double) -> Double {
     let s = xs.sorted()
@@ -104,25 +125,6 @@ do {
     row("status snapshot in process (testbed laptop, D-Bus asked, no bus)", xs, unit: "µs")
 
     // 2. Whole processes, same testbed.
-    // posix_spawn + waitpid, output to /dev/null: Foundation's Process adds ~50 ms of its own.
-    func timeProcess(_ path: String, _ a: [String], n: Int, env: [String: String]) -> [Double] {
-        let argv = ([path] + a).map { strdup($0) } + [nil]
-        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { (argv + envp).forEach { free($0) } }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        return (0..<n).map { _ in
-            var pid: pid_t = 0
-            let t0 = now()
-            precondition(posix_spawn(&pid, path, &actions, nil, argv, envp) == 0)
-            var status: Int32 = 0
-            waitpid(pid, &status, 0)
-            return Double(now() - t0) / 1_000_000
-        }
-    }
     for (label, env) in [("testbed laptop, under the preload", Child.environment()),
                          ("this machine's /sys, no preload", Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]))] {
         let ours = timeProcess(Child.bgtaskPath, ["status", "--json"], n: 50, env: env)
@@ -199,6 +201,7 @@ do {
     func env() -> [String: String] {
         Child.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
                            "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                           "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
                            "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path])
     }
     let tb = Testbed()
@@ -231,4 +234,40 @@ do {
         idleRow("waiting `bgtask run` wake-ups per minute (\(label))", run)
     }
     try? FileManager.default.removeItem(at: dir)
+}
+
+// 6. The audit trail at its retention cap: 100,000 entries, 5,000 runs of one task and 10,000 other tasks.
+do {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-audit-\(getpid())")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let audit = try AuditLog(path: dir.appendingPathComponent("audit.sqlite").path)
+    let t0 = Date().timeIntervalSince1970 - 3600
+    let rules = #"[{"id":"processing.needs-power","origin":"Policies/default.toml:22","verdict":"defer","reason":"waiting for external power (BAT0 is discharging)","readings":{"power.external":false}}]"#
+    func entry(_ i: Int, task: String, run: String, event: String) -> AuditEntry {
+        AuditEntry(id: nil, time: t0 + Double(i) * 0.03, runID: run, taskID: task, event: event, verdict: event == "deferred" ? "defer" : nil,
+                   detail: event == "finished" ? "exit 0" : "pid 1", rules: rules, conditions: nil, exitStatus: event == "finished" ? 0 : nil)
+    }
+    var batch: [AuditEntry] = []
+    var i = 0
+    for r in 0..<5_000 {   // 50,000 entries: `big` ran 5,000 times
+        for e in ["deferred", "started", "throttled", "unthrottled", "paused", "resumed", "deferred", "started", "signalled", "finished"] {
+            batch.append(entry(i, task: "big", run: "big-\(r)", event: e)); i += 1
+        }
+    }
+    for t in 0..<10_000 {  // 50,000 more: 10,000 tasks of 5 entries
+        for e in ["deferred", "started", "paused", "resumed", "finished"] {
+            batch.append(entry(i, task: "task\(t)", run: "task\(t)-1", event: e)); i += 1
+        }
+    }
+    try audit.append(contentsOf: batch)
+    let env = Child.environment(["BGTASK_STATE_DIR": dir.path, "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
+                                 "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+    func timeRun(_ a: [String]) -> [Double] { timeProcess(Child.bgtaskPath, a, n: 20, env: env) }
+    // Start-up is the same for every row; the first row is the floor it sets.
+    row("`bgtask --version` process (start-up floor for the rows below)", timeRun(["--version"]), unit: "ms")
+    row("`bgtask why big` at 100,000 entries (latest of 5,000 runs)", timeRun(["why", "big"]), unit: "ms")
+    row("`bgtask why` at 100,000 entries (20 most recent of 10,001 tasks)", timeRun(["why"]), unit: "ms")
+    row("`bgtask log -n 10 --no-follow` at 100,000 entries", timeRun(["log", "-n", "10", "--no-follow"]), unit: "ms")
+    row("`bgtask why big --all` at 100,000 entries (5,000 runs told)", timeRun(["why", "big", "--all", "--since", "2d"]), unit: "ms")
 }

@@ -16,6 +16,7 @@ extension Bgtask {
         var verbose = false
 
         func run() throws {
+            State.recover(probe: probe.probeOptions, audit: nil, quiet: json)
             let snap = Prober(options: probe.probeOptions).snapshot()
             if json {
                 print(snap.json.rendered)

@@ -79,3 +79,30 @@ struct CgroupV2Tests {
         if let f = found { #expect(f.own.hasPrefix("/")) }
     }
 }
+
+@Suite("Leftover cgroups and recorded cgroup paths")
+struct CgroupCleanupTests {
+    @Test("the sweep removes empty bgtask cgroups of runs that are gone, and nothing else")
+    func sweepRemovesOnlyDeadBgtaskCgroups() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("sweep-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let dead: pid_t = 2_000_000_000   // above pid_max: no such process
+        let dirs = ["/v1/cpu/bgtask/backup-\(dead)", "/v1/freezer/bgtask/backup-\(dead)", "/v1/cpu/bgtask/live-\(getpid())",
+                    "/v2/bgtask-\(dead)", "/v2/bgtask-sync-\(dead)", "/v2/other-\(dead)", "/v2/bgtask-busy-\(dead)/child"]
+        for d in dirs { try FileManager.default.createDirectory(atPath: root + d, withIntermediateDirectories: true) }
+        let removed = Set(Recovery.sweepCgroups(v1Root: root + "/v1", v2Base: root + "/v2"))
+        #expect(removed == Set([root + "/v1/cpu/bgtask/backup-\(dead)", root + "/v1/freezer/bgtask/backup-\(dead)",
+                                root + "/v2/bgtask-\(dead)", root + "/v2/bgtask-sync-\(dead)"]))
+        #expect(FileManager.default.fileExists(atPath: root + "/v1/cpu/bgtask/live-\(getpid())"))   // its run is alive
+        #expect(FileManager.default.fileExists(atPath: root + "/v2/other-\(dead)"))                 // not bgtask's
+        #expect(FileManager.default.fileExists(atPath: root + "/v2/bgtask-busy-\(dead)"))           // not empty
+    }
+
+    @Test("a recorded cgroup is used only if it is bgtask's own", arguments: [
+        ("v1 backup-123", true), ("v1 ../../../etc-1", false), ("v1 a/b-1", false), ("v2 /etc", false),
+        ("v2 /sys/fs/cgroup/../../etc/bgtask-x-1", false), ("v2 /sys/fs/cgroup/user.slice/bgtask-x-notapid", false), ("-", false),
+    ])
+    func recordedCgroupsAreValidated(_ record: String, _ accepted: Bool) {
+        #expect((Recovery.cgroup(record, cgroup2Root: "/sys/fs/cgroup") != nil) == accepted)
+    }
+}
