@@ -70,19 +70,25 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public init(path: String, readOnly: Bool = false) throws {
         self.path = path
         do { try SecureDirectory.checkFile(path) } catch { throw AuditError(path: path, message: error.message) }
-        try AuditLog.checkOwnership(path)
+        try AuditLog.checkHeader(path)
         var config = Configuration()
         config.readonly = readOnly
         config.busyMode = .timeout(5)
         config.prepareDatabase { db in
-            if !db.configuration.readonly {
-                try db.execute(sql: "PRAGMA journal_mode = WAL")
-                try db.execute(sql: "PRAGMA synchronous = FULL")
-            }
+            if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = FULL") }
         }
         do {
             db = try DatabaseQueue(path: path, configuration: config)
+            // One connection for the check and the work: a second, short-lived DatabaseQueue leaves a
+            // libdispatch worker behind that wakes the process every second for as long as it runs.
+            let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+            let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
+            if !tables.isEmpty && (!tables.contains("decision") || !Set(tables).isSubset(of: ours)) {
+                throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
+            }
             if !readOnly {
+                // WAL is a property of the file: set only once the file is known to be ours.
+                try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
                 // Many first runs at once must not all create the tables: one migrates, the others wait.
                 try AuditLog.withLock(path + ".lock") { try migrator.migrate(db) }
             }
@@ -93,8 +99,8 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
-    /// Before the first write: an existing, non-empty file must be an SQLite database whose tables are ours.
-    static func checkOwnership(_ path: String) throws {
+    /// Before anything else: an existing, non-empty file must at least be an SQLite database.
+    static func checkHeader(_ path: String) throws {
         var st = stat()
         guard lstat(path, &st) == 0, st.st_size > 0 else { return }
         guard case .success(let head) = FileIO.readBytes(path, limit: 16, noFollow: true) else {
@@ -102,20 +108,6 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
         guard head.count >= 16, Array(head.prefix(16)) == Array("SQLite format 3\0".utf8) else {
             throw AuditError(path: path, message: "is not an SQLite database (not bgtask's audit trail); refusing to touch it")
-        }
-        var config = Configuration()
-        config.readonly = true
-        config.busyMode = .timeout(5)
-        let tables: [String]
-        do {
-            let q = try DatabaseQueue(path: path, configuration: config)
-            tables = try q.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
-        } catch {
-            throw AuditError(path: path, message: "cannot be read as a database: \(error)")
-        }
-        let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
-        if !tables.isEmpty && (!tables.contains("decision") || !Set(tables).isSubset(of: ours)) {
-            throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
         }
     }
 
@@ -231,6 +223,13 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             if let s = since { q = q.filter(Column("time") >= s) }
             if let r = run { q = q.filter(Column("run_id") == r) }
             return try q.order(Column("id")).fetchAll(db)
+        }
+    }
+
+    /// One run's entries, in order, found through the run index (a task may have 50,000 entries).
+    public func entries(run: String) throws -> [AuditEntry] {
+        try db.read { db in
+            try AuditEntry.fetchAll(db, sql: "SELECT * FROM decision INDEXED BY decision_run WHERE run_id = ? ORDER BY id", arguments: [run])
         }
     }
 

@@ -23,6 +23,9 @@ public struct Slots: Sendable {
         var waited = 0, waitedS = 0, running = 0, runningS = 0
     }
     let taskIndex: TaskIndex
+    /// Shared slots the built-in requirement checks read, resolved once.
+    struct RequirementIndex: Sendable { var external = 0, reason = 0, online = 0, metered = 0, interface = 0 }
+    let requirementIndex: RequirementIndex
 
     init(schema: Schema) {
         let s = schema.order.filter { schema.entries[$0]!.scope != .task }
@@ -36,6 +39,9 @@ public struct Slots: Sendable {
                               network: at["task.requires_network"]!, unmetered: at["task.requires_unmetered"]!,
                               heavy: at["task.cpu_heavy"]!, user: at["task.user_initiated"]!, waited: at["task.waited"]!,
                               waitedS: at["task.waited_s"]!, running: at["task.running"]!, runningS: at["task.running_s"]!)
+        let sh = shared
+        requirementIndex = RequirementIndex(external: sh["power.external"]!, reason: sh["power.reason"]!, online: sh["network.online"]!,
+                                            metered: sh["network.metered"]!, interface: sh["network.interface"]!)
     }
 }
 

@@ -151,7 +151,7 @@ extension Policy {
                 break
             }
             // The task's own requirements hold whatever the rules say.
-            if v < .defer, !policy.unmetRequirements(task, frame).isEmpty { v = .defer }
+            if v < .defer, policy.anyRequirementUnmet(task, frame) { v = .defer }
             return v
         }
 
@@ -224,31 +224,37 @@ extension Policy {
     /// Where built-in checks say they come from (`policy explain`, `why`).
     public static let builtInLocation = SourceLocation(file: "built-in", line: 0, column: 0)
 
-    func unmetRequirements(_ task: TaskFields, _ frame: Frame) -> [UnmetRequirement] {
-        fillTask(task, into: frame)
-        return unmetRequirements(frame)
+    /// For the queue's fast path: whether any requirement is unmet, without building reasons.
+    func anyRequirementUnmet(_ t: TaskFields, _ frame: Frame) -> Bool {
+        let i = slots.requirementIndex
+        if t.requiresExternalPower && frame.shared[i.external] != .bool(true) { return true }
+        if t.requiresNetwork && frame.shared[i.online] != .bool(true) { return true }
+        if t.requiresUnmetered && frame.shared[i.metered] == .bool(true) { return true }
+        return false
     }
 
     /// `task.requires_external_power` and power.external not true; `task.requires_network` and not online;
     /// `task.requires_unmetered` and metered — an unknown reading does not satisfy a requirement, except
     /// "metered" whose unknown is the common case (no NetworkManager) and is taken as not metered.
     func unmetRequirements(_ frame: Frame) -> [UnmetRequirement] {
-        func v(_ n: String) -> PolicyValue { value(of: n, frame) }
-        func r(_ n: String) -> Reading { Reading(name: n, value: v(n)) }
+        let i = slots.requirementIndex, t = slots.taskIndex
+        func r(_ n: String) -> Reading { Reading(name: n, value: value(of: n, frame)) }
         var out: [UnmetRequirement] = []
-        if v("task.requires_external_power") == .bool(true), v("power.external") != .bool(true) {
-            let why = v("power.reason") == .null ? "power.external is unknown" : v("power.reason").description
+        if frame.task[t.power] == .bool(true), frame.shared[i.external] != .bool(true) {
+            let reason = frame.shared[i.reason]
+            let why = reason == .null ? "power.external is unknown" : reason.description
             out.append(UnmetRequirement(flag: "task.requires_external_power", reason: "waiting for external power (\(why))",
                                         readings: [r("task.requires_external_power"), r("power.external")]))
         }
-        if v("task.requires_network") == .bool(true), v("network.online") != .bool(true) {
+        if frame.task[t.network] == .bool(true), frame.shared[i.online] != .bool(true) {
             out.append(UnmetRequirement(flag: "task.requires_network",
-                                        reason: v("network.online") == .null ? "waiting for the network (online state unknown)" : "waiting for the network",
+                                        reason: frame.shared[i.online] == .null ? "waiting for the network (online state unknown)" : "waiting for the network",
                                         readings: [r("task.requires_network"), r("network.online")]))
         }
-        if v("task.requires_unmetered") == .bool(true), v("network.metered") == .bool(true) {
+        if frame.task[t.unmetered] == .bool(true), frame.shared[i.metered] == .bool(true) {
+            let iface = frame.shared[i.interface]
             out.append(UnmetRequirement(flag: "task.requires_unmetered",
-                                        reason: "waiting for an unmetered network (\(v("network.interface") == .null ? "the network" : v("network.interface").description) is metered)",
+                                        reason: "waiting for an unmetered network (\(iface == .null ? "the network" : iface.description) is metered)",
                                         readings: [r("task.requires_unmetered"), r("network.metered")]))
         }
         return out

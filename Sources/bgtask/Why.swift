@@ -77,7 +77,7 @@ extension Bgtask {
                     byRun[e.runID, default: []].append(e)
                 }
             } else if let run = try audit.latestRun(task: id) {
-                let es = try audit.entries(task: id, run: run)
+                let es = try audit.entries(run: run).filter { $0.taskID == id }
                 if let last = es.last, last.time >= from { order = [run]; byRun[run] = es }
             }
             if order.isEmpty {
