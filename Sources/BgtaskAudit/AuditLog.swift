@@ -81,16 +81,25 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             db = try DatabaseQueue(path: path, configuration: config)
             // One connection for the check and the work: a second, short-lived DatabaseQueue leaves a
             // libdispatch worker behind that wakes the process every second for as long as it runs.
-            let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
-            let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
-            if !tables.isEmpty && (!tables.contains("decision") || !Set(tables).isSubset(of: ours)) {
-                throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
+            let db = self.db
+            func checkTables() throws {
+                // Only bgtask's tables (or none yet, or a migration half done by another first run).
+                let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+                let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
+                if !Set(tables).isSubset(of: ours) {
+                    throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
+                }
             }
-            if !readOnly {
-                // WAL is a property of the file: set only once the file is known to be ours.
-                try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
-                // Many first runs at once must not all create the tables: one migrates, the others wait.
-                try AuditLog.withLock(path + ".lock") { try migrator.migrate(db) }
+            if readOnly {
+                try checkTables()
+            } else {
+                // Many first runs at once must not all create the tables: one checks and migrates, the others wait.
+                try AuditLog.withLock(path + ".lock") {
+                    try checkTables()
+                    // WAL is a property of the file: set only once the file is known to be ours.
+                    try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
+                    try migrator.migrate(db)
+                }
             }
         } catch let e as AuditError {
             throw e

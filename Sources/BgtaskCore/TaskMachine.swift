@@ -6,8 +6,11 @@ public enum TaskPhase: Sendable, Equatable {
     case running(cpuCap: Int?)
     /// Frozen; the cap it had still applies when it resumes.
     case paused(cpuCap: Int?)
-    case expired
+    /// SIGTERM sent; SIGKILL due at `killAt` (already sent when `killed`). Nothing pauses it now.
+    case expiring(killAt: Double, killed: Bool)
     case finished(status: Int32)
+    /// It never started: waited too long (`--max-wait`), could not start now (`--no-wait`), or was interrupted.
+    case gaveUp(reason: String)
 
     public var name: String {
         switch self {
@@ -15,8 +18,9 @@ public enum TaskPhase: Sendable, Equatable {
         case .running(let cap?): return "running (capped at \(cap)%)"
         case .running(nil): return "running"
         case .paused: return "paused"
-        case .expired: return "expired"
+        case .expiring(_, let killed): return killed ? "expiring (SIGKILL sent)" : "expiring"
         case .finished(let s): return "finished (exit \(s))"
+        case .gaveUp(let r): return "gave up (\(r))"
         }
     }
 }
@@ -28,63 +32,232 @@ public enum TaskAction: Sendable, Equatable {
     case unthrottle
     case pause
     case resume
-    case expire(grace: Double)
+    /// Thaw if frozen, SIGTERM, and expect `kill` after `grace`.
+    case expire(grace: Double, why: ExpiryCause)
+    /// The grace is over: SIGKILL.
+    case kill
+    /// Never started; the run ends with EX_TEMPFAIL (or 128+N for a signal).
+    case giveUp(reason: String)
+    /// A signal the supervisor received, for the command's group; `thaw` for those meant to end it.
+    case forward(signal: Int32, thaw: Bool)
+    /// The CPU monitor found undeclared heavy work (share of a CPU, percent): rules on task.cpu_heavy apply.
+    case markedCPUHeavy(percent: Double)
 }
 
-/// The scheduler core for one task: a pure state machine over (conditions, task, now) → actions.
-/// `bgtask run`, `policy simulate` and the daemon drive the same code; time is whatever `now` says.
+/// Why a task is being expired.
+public enum ExpiryCause: Sendable, Equatable {
+    /// The policy's verdict (its rule is in the decision).
+    case verdict
+    /// It ran for its budget (`--budget`, or `run.refresh_budget` for refresh work).
+    case budget(Double)
+}
+
+/// Limits a task carries besides the policy: from the command line, the kind, and the policy's [run].
+public struct TaskLimits: Sendable, Equatable {
+    /// Seconds of running before it expires.
+    public var budget: Double?
+    /// Give up waiting after this long.
+    public var maxWait: Double?
+    /// Give up at once if it cannot start at its first decision.
+    public var noWait = false
+    /// Between SIGTERM and SIGKILL when nothing in the decision says otherwise (`run.expire_grace`).
+    public var expireGrace = 10.0
+    /// The CPU monitor's threshold, percent of one CPU; nil turns it off.
+    public var cpuMonitorPercent: Double?
+    /// How often the monitor samples while it matters.
+    public var cpuMonitorInterval = 1.0
+
+    public init(budget: Double? = nil, maxWait: Double? = nil, noWait: Bool = false, expireGrace: Double = 10,
+                cpuMonitorPercent: Double? = nil) {
+        self.budget = budget
+        self.maxWait = maxWait
+        self.noWait = noWait
+        self.expireGrace = expireGrace
+        self.cpuMonitorPercent = cpuMonitorPercent
+    }
+
+    /// The limits the policy's settings give a task of this kind, with the command line's on top.
+    public static func from(settings: PolicySettings, task: TaskFields, budget: Double? = nil, maxWait: Double? = nil,
+                            noWait: Bool = false, cpuMonitor: Bool = true) -> TaskLimits {
+        var l = TaskLimits(budget: budget ?? (task.kind == "refresh" ? settings.number("run.refresh_budget") : nil),
+                           maxWait: maxWait, noWait: noWait, expireGrace: settings.number("run.expire_grace"))
+        // As on iOS: work that waits for the charger is not watched for CPU use.
+        if cpuMonitor && !task.requiresExternalPower { l.cpuMonitorPercent = settings.number("run.cpu_monitor_percent") }
+        return l
+    }
+}
+
+/// The scheduler core for one task: a pure state machine. Its inputs are events — conditions evaluated
+/// (`step`), the clock reaching an instant it asked for (`step` again), a CPU-time sample, the process
+/// exiting, a signal — and its outputs are actions for the executors and the next instant it must be
+/// woken (`nextWake`). It owns every rule about a task's life: waiting and holds, start, throttle, pause
+/// and resume, budgets, giving up, the CPU monitor's verdict, and expiry (SIGTERM, the grace, SIGKILL),
+/// during which no verdict can pause the task. `bgtask run`, `policy simulate` and the daemon drive this
+/// same code; time is whatever `now` says, so it is tested in virtual time.
 public struct TaskMachine: Sendable {
     public private(set) var task: TaskFields
     public private(set) var phase: TaskPhase = .waiting
     public private(set) var hold: HoldState = [:]
     public private(set) var lastDecision: Decision?
     public let enqueuedAt: Double
+    public let limits: TaskLimits
     public private(set) var startedAt: Double?
+    /// Expired by bgtask (a verdict or the budget), so its end is EX_TEMPFAIL whatever the command said.
+    public private(set) var expiredByUs = false
+    var monitor: (at: Double, cpu: Double)?
+    var monitorDue: Double?
 
-    public init(task: TaskFields, enqueuedAt: Double) {
+    public init(task: TaskFields, enqueuedAt: Double, limits: TaskLimits = .init()) {
         self.task = task
         self.enqueuedAt = enqueuedAt
+        self.limits = limits
     }
 
     public var isDone: Bool {
-        switch phase { case .expired, .finished: return true; default: return false }
+        switch phase { case .finished, .gaveUp: return true; default: return false }
     }
 
-    /// The task measured CPU-heavy by the CPU monitor: rules about `task.cpu_heavy` apply from now on.
-    public mutating func markCPUHeavy() { task.cpuHeavy = true }
+    public var isExpiring: Bool { if case .expiring = phase { return true }; return false }
 
-    public mutating func finished(status: Int32) { phase = .finished(status: status) }
-
-    /// Expiry has begun outside a verdict (the budget ran out, the user asked): from now on nothing can
-    /// pause or freeze the task, so the SIGKILL after the grace always finds it able to die.
-    public mutating func beginExpiry() {
-        if case .finished = phase { return }
-        phase = .expired
-    }
-
-    /// Evaluates the policy at `now` and returns what must change.
-    public mutating func step(_ evaluator: Policy.Evaluator, now: Double) -> (Decision, [TaskAction]) {
-        if let s = startedAt {
-            task.running = max(0, now - s)
-        } else {
-            task.waited = max(0, now - enqueuedAt)
+    /// The instant the machine must be looked at again even if no condition changes: a hold elapsing, the
+    /// budget, the give-up time, the SIGKILL after a grace, the CPU monitor's next sample.
+    public var nextWake: Double? {
+        var times: [Double] = []
+        switch phase {
+        case .waiting:
+            if let n = lastDecision?.nextChangeAt { times.append(n) }
+            if let m = limits.maxWait { times.append(enqueuedAt + m) }
+        case .running, .paused:
+            if let n = lastDecision?.nextChangeAt { times.append(n) }
+            if let b = limits.budget, let s = startedAt { times.append(s + b) }
+            if let m = monitorDue { times.append(m) }
+        case .expiring(let killAt, let killed):
+            if !killed { times.append(killAt) }
+        case .finished, .gaveUp:
+            break
         }
+        return times.min()
+    }
+
+    /// The CPU monitor wants a sample at this instant (running, on battery, not yet heavy), else nil.
+    public var cpuSampleDue: Double? { monitorDue }
+
+    /// The exit status a `bgtask run` of this task ends with, once it is done.
+    public var exitStatus: Int32? {
+        switch phase {
+        case .finished(let s): return expiredByUs ? 75 : s
+        case .gaveUp(let r): return r.hasPrefix("signal ") ? Int32(r.dropFirst(7).prefix { $0.isNumber }).map { 128 + $0 } ?? 75 : 75
+        default: return nil
+        }
+    }
+
+    /// Evaluates the policy at `now` (new conditions, or the clock reaching `nextWake`) and returns what must change.
+    public mutating func step(_ evaluator: Policy.Evaluator, now: Double) -> (Decision, [TaskAction]) {
+        if let s = startedAt { task.running = max(0, now - s) } else { task.waited = max(0, now - enqueuedAt) }
         let d = evaluator.decide(task, now: now, hold: &hold)
         lastDecision = d
-        return (d, apply(d, now: now))
+        var actions = apply(d, now: now)
+        actions += deadlines(now: now)
+        if case .running = phase, monitorDue == nil, limits.cpuMonitorPercent != nil, !task.cpuHeavy {
+            monitorDue = now + limits.cpuMonitorInterval
+        }
+        return (d, actions)
+    }
+
+    /// A sample of the CPU time the task's processes have used, taken at `now`. On battery (the
+    /// conditions' `power.external` is false), a share above the threshold marks the task CPU-heavy;
+    /// the caller then steps the machine so the rules for heavy work apply.
+    public mutating func cpuSample(cpuSeconds: Double, onBattery: Bool, now: Double) -> [TaskAction] {
+        guard let threshold = limits.cpuMonitorPercent, !task.cpuHeavy, case .running = phase else {
+            monitorDue = nil
+            monitor = nil
+            return []
+        }
+        monitorDue = now + limits.cpuMonitorInterval
+        guard onBattery else { monitor = nil; return [] }
+        defer { monitor = (now, cpuSeconds) }
+        guard let m = monitor, now > m.at else { return [] }
+        let share = (cpuSeconds - m.cpu) / (now - m.at) * 100
+        guard share.isFinite, share > threshold else { return [] }
+        task.cpuHeavy = true
+        monitorDue = nil
+        return [.markedCPUHeavy(percent: min(share, 100_000))]
+    }
+
+    /// The command has exited (or was killed) with this status.
+    public mutating func exited(status: Int32) {
+        phase = .finished(status: status)
+        monitorDue = nil
+    }
+
+    /// A signal the supervisor received: while waiting it ends the wait; later it goes to the command,
+    /// thawed first if it is one meant to end it (a stopped process cannot act on SIGTERM).
+    public mutating func signal(_ sig: Int32, terminating: Bool) -> [TaskAction] {
+        switch phase {
+        case .waiting:
+            phase = .gaveUp(reason: "signal \(sig) while waiting")
+            return [.giveUp(reason: "signal \(sig) while waiting")]
+        case .running, .paused, .expiring:
+            if terminating, case .paused(let cap) = phase { phase = .running(cpuCap: cap) }
+            return [.forward(signal: sig, thaw: terminating)]
+        case .finished, .gaveUp:
+            return []
+        }
+    }
+
+    /// Expiry from outside the policy (the user, the daemon's debug command): SIGTERM, the grace, SIGKILL.
+    public mutating func expire(now: Double, grace: Double? = nil) -> [TaskAction] {
+        switch phase {
+        case .running, .paused:
+            let g = grace ?? limits.expireGrace
+            phase = .expiring(killAt: now + g, killed: false)
+            expiredByUs = true
+            monitorDue = nil
+            return [.expire(grace: g, why: .verdict)]
+        default:
+            return []
+        }
+    }
+
+    /// Budgets, giving up, and the SIGKILL after a grace: what time alone decides.
+    mutating func deadlines(now: Double) -> [TaskAction] {
+        switch phase {
+        case .waiting:
+            if limits.noWait, let d = lastDecision, d.verdict != .run, d.verdict != .throttle {
+                phase = .gaveUp(reason: "--no-wait")
+                return [.giveUp(reason: "--no-wait")]
+            }
+            if let m = limits.maxWait, now - enqueuedAt >= m {
+                phase = .gaveUp(reason: "--max-wait \(formatDuration(m))")
+                return [.giveUp(reason: "--max-wait \(formatDuration(m))")]
+            }
+        case .running, .paused:
+            if let b = limits.budget, let s = startedAt, now - s >= b {
+                phase = .expiring(killAt: now + limits.expireGrace, killed: false)
+                expiredByUs = true
+                monitorDue = nil
+                return [.expire(grace: limits.expireGrace, why: .budget(b))]
+            }
+        case .expiring(let killAt, false) where now >= killAt:
+            phase = .expiring(killAt: killAt, killed: true)
+            return [.kill]
+        default:
+            break
+        }
+        return []
     }
 
     mutating func apply(_ d: Decision, now: Double) -> [TaskAction] {
         switch (phase, d.verdict) {
-        case (.expired, _), (.finished, _):
+        case (.expiring, _), (.finished, _), (.gaveUp, _):
             return []
         // Not started: anything but run/throttle keeps it waiting (an expire verdict cannot stop what has not begun).
         case (.waiting, .run):
-            phase = .running(cpuCap: nil); startedAt = now
+            phase = .running(cpuCap: nil); startedAt = now; task.running = 0
             return [.start]
         case (.waiting, .throttle):
             let cap = d.cpuPercent ?? 100
-            phase = .running(cpuCap: cap); startedAt = now
+            phase = .running(cpuCap: cap); startedAt = now; task.running = 0
             return [.start, .throttle(cpuPercent: cap)]
         case (.waiting, _):
             return []
@@ -108,8 +281,11 @@ public struct TaskMachine: Sendable {
         case (.paused, .defer), (.paused, .pause):
             return []
         case (.running, .expire), (.paused, .expire):
-            phase = .expired
-            return [.expire(grace: d.grace ?? 10)]
+            let g = d.grace ?? limits.expireGrace
+            phase = .expiring(killAt: now + g, killed: false)
+            expiredByUs = true
+            monitorDue = nil
+            return [.expire(grace: g, why: .verdict)]
         }
     }
 }

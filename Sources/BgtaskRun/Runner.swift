@@ -23,6 +23,11 @@ public struct RunOptions: Sendable {
     /// The audit trail's name for this run, also kept in the crash-recovery record.
     public var runID = ""
 
+    /// The core's limits for this task: the command line's on top of the policy's settings.
+    public func limits(_ settings: PolicySettings) -> TaskLimits {
+        TaskLimits.from(settings: settings, task: task, budget: budget, maxWait: maxWait, noWait: noWait, cpuMonitor: cpuMonitor)
+    }
+
     public init(argv: [String], task: TaskFields, probe: ProbeOptions) {
         self.argv = argv
         self.task = task
@@ -105,43 +110,43 @@ public final class Runner {
         defer { handle.stop() }
 
         let start = monotonic()
-        var machine = TaskMachine(task: options.task, enqueuedAt: start)
+        // Every rule about the task's life is the core's: this loop only delivers events and carries out actions.
+        var machine = TaskMachine(task: options.task, enqueuedAt: start, limits: options.limits(policy.settings))
         var process: TaskProcess?
         var conditions: [String: PolicyValue]?
-        var lastDecision: Decision?
         var lastSaid = ""
-        var budgetAt: Double?, killAt: Double?, dutyAt: Double?, monitorAt: Double?
-        var expiredByUs = false
+        var dutyAt: Double?
+        var spawnFailure: Int32?
         // Rules that read the clock or the task's age have no event: look again each second, only if any exist.
         let readsTime = policy.rules.contains { $0.names.contains { $0.hasPrefix("time.") || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
         var tickAt: Double? = readsTime ? start + 1 : nil
-        var monitorSample: (wall: Double, cpu: Double)?
 
+        func stateName() -> String {
+            switch machine.phase {
+            case .paused: return "paused"
+            case .running(let cap?): return "throttled \(cap)"
+            case .expiring: return "expiring"
+            default: return "running"
+            }
+        }
         func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
             // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
             if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
             observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
                                       conditions: conditions ?? [:], exitStatus: status), task: machine.task)
         }
-        func explain(_ d: Decision) -> String {
-            guard let m = d.matches.first else { return "no rule applies" }
+        func explain(_ d: Decision?) -> String {
+            guard let m = d?.matches.first else { return "no rule applies" }
             return "\(m.reason) — rule \(m.ruleID) (\(m.location))"
         }
-        func finish(_ status: Int32) -> Int32 {
+        func finish() -> Int32 {
             process?.cleanUp()
             state?.remove()
-            return status
-        }
-        func stateName() -> String {
-            switch machine.phase {
-            case .paused: return "paused"
-            case .running(let cap?): return "throttled \(cap)"
-            case .expired: return "expiring"
-            default: return "running"
-            }
+            return spawnFailure ?? machine.exitStatus ?? 1
         }
 
-        func apply(_ actions: [TaskAction], _ d: Decision, now: Double) -> Int32? {
+        /// Carries out the core's actions on the process; what is done is recorded, then said.
+        func perform(_ actions: [TaskAction], _ d: Decision?, now: Double) {
             for a in actions {
                 switch a {
                 case .start:
@@ -150,18 +155,16 @@ public final class Runner {
                                                       cgroupName: "\(options.task.id)-\(getpid())", prefer: options.mechanism)
                         process = p
                         state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
-                                       grace: policy.settings.number("run.expire_grace"))
+                                       grace: machine.limits.expireGrace)
                         let waited = now - start
                         record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
                         say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
-                        budgetAt = (options.budget ?? (machine.task.kind == "refresh" ? policy.settings.number("run.refresh_budget") : nil))
-                            .map { now + $0 }
-                        if options.cpuMonitor && !machine.task.cpuHeavy && !machine.task.requiresExternalPower { monitorAt = now + 1 }
                     } catch let e as SpawnError {
                         record(.failed, e.description, status: e.exitCode)
                         say(e.description)
-                        return finish(e.exitCode)
-                    } catch { return finish(1) }
+                        spawnFailure = e.exitCode
+                        return
+                    } catch { spawnFailure = 1; return }
                 case .throttle(let pct):
                     process?.throttle(pct)
                     if process?.mechanism == .signals { dutyAt = now }
@@ -181,76 +184,81 @@ public final class Runner {
                     if process?.cap != nil, process?.mechanism == .signals { dutyAt = now }
                     record(.resumed, "resumed", decision: d)
                     say("resumed")
-                case .expire(let grace):
-                    expiredByUs = true
+                case .expire(let grace, let why):
                     process?.thawForSignal()
                     process?.signal(SIGTERM)
                     dutyAt = nil
-                    killAt = now + grace
-                    record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
-                    say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
+                    switch why {
+                    case .verdict:
+                        record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
+                        say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
+                    case .budget(let b):
+                        record(.expired, "budget used up (\(formatDuration(b)))")
+                        say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
+                    }
+                case .kill:
+                    process?.signal(SIGKILL)
+                    record(.killed, "SIGKILL after the grace period")
+                case .giveUp(let reason):
+                    record(.gaveUp, reason, decision: d)
+                    if reason.hasPrefix("--max-wait ") { say("gave up waiting after \(reason.dropFirst("--max-wait ".count))") }
+                    else if reason.hasPrefix("signal ") { say("interrupted by \(reason)") }
+                case .forward(let sig, let thaw):
+                    if thaw { process?.thawForSignal() }
+                    process?.signal(sig)
+                    record(.signalled, "forwarded signal \(sig)")
+                case .markedCPUHeavy(let pct):
+                    record(.cpuHeavy, "\(Int(pct))% of a CPU")
+                    say("measured CPU-heavy (\(Int(pct))% of a CPU on battery)")
                 }
             }
-            return nil
         }
 
-        func evaluate(now: Double) -> Int32? {
-            guard let c = conditions else { return nil }
+        func evaluate(now: Double) {
+            guard let c = conditions else { return }
             let evaluator = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
             // Holds say when they let go as a time of day, not as a monotonic instant.
             evaluator.timeLabel = { t, now in clockText(wallClockNow() + (t - now)) }
+            let wasWaiting = machine.phase == .waiting
             let (d, actions) = machine.step(evaluator, now: now)
-            lastDecision = d
-            if machine.phase == .waiting, d.verdict != .run, d.verdict != .throttle {
+            if wasWaiting, d.verdict != .run, d.verdict != .throttle {
                 let text = explain(d)
                 if text != lastSaid {
                     lastSaid = text
                     record(.deferred, text, decision: d)
                     say("waiting: \(text)")
                 }
-                if options.noWait {
-                    record(.gaveUp, "--no-wait", decision: d)
-                    return finish(ExitStatus.tempFail)
-                }
             }
-            return apply(actions, d, now: now)
+            perform(actions, d, now: now)
         }
 
         while true {
             let now0 = monotonic()
-            var deadlines: [Double] = [budgetAt, killAt, dutyAt, monitorAt, tickAt, lastDecision?.nextChangeAt].compactMap { $0 }
-            if process == nil, let m = options.maxWait { deadlines.append(start + m) }
+            let deadlines = [machine.nextWake, dutyAt, tickAt].compactMap { $0 }
             let timeout: Int32 = deadlines.min().map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
             var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
             _ = poll(&fds, nfds_t(fds.count), timeout)
             let now = monotonic()
 
-            // Signals: forward to the command's group (thawed first so it can die cleanly); SIGCHLD: reap.
+            // Signals go to the core (forward, or end the wait); SIGCHLD: reap.
             if fds[1].revents != 0 {
                 var sig = bgt_signalfd_read(sigfd)
                 while sig != 0 {
-                    if sig == SIGCHLD, let p = process {
-                        var status: Int32 = 0
-                        if waitpid(p.pid, &status, WNOHANG) == p.pid {
-                            let code = exitCode(status)
-                            machine.finished(status: code)
-                            let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
-                            record(.finished, how, status: code)
-                            say("finished (\(how))")
-                            return finish(expiredByUs ? ExitStatus.tempFail : code)
-                        }
-                    } else if sig != SIGCHLD {
+                    if sig == SIGCHLD {
                         if let p = process {
-                            // A signal meant to end the command must find it able to act; others (SIGUSR1 …)
-                            // are delivered as they are and take effect when a paused command resumes.
-                            if [SIGHUP, SIGINT, SIGQUIT, SIGTERM].contains(sig) { p.thawForSignal() }
-                            p.signal(sig)
-                            record(.signalled, "forwarded signal \(sig)")
-                        } else {
-                            record(.gaveUp, "signal \(sig) while waiting")
-                            say("interrupted by signal \(sig) while waiting")
-                            return finish(128 + sig)
+                            var status: Int32 = 0
+                            if waitpid(p.pid, &status, WNOHANG) == p.pid {
+                                let code = exitCode(status)
+                                machine.exited(status: code)
+                                let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
+                                record(.finished, how, status: code)
+                                say("finished (\(how))")
+                                return finish()
+                            }
                         }
+                    } else {
+                        perform(machine.signal(sig, terminating: [SIGHUP, SIGINT, SIGQUIT, SIGTERM].contains(sig)), machine.lastDecision, now: now)
+                        if machine.isDone { return finish() }
                     }
                     sig = bgt_signalfd_read(sigfd)
                 }
@@ -263,56 +271,24 @@ public final class Runner {
                     changed = true
                 }
             }
-            if let t = killAt, now >= t, let p = process {
-                p.signal(SIGKILL)
-                killAt = nil
-                record(.killed, "SIGKILL after the grace period")
-            }
-            if let t = budgetAt, now >= t, !machine.isDone {
-                budgetAt = nil
-                expiredByUs = true
-                machine.beginExpiry()
-                dutyAt = nil
-                state?.update(state: "expiring")
-                let grace = policy.settings.number("run.expire_grace")
-                process?.thawForSignal()
-                process?.signal(SIGTERM)
-                killAt = now + grace
-                record(.expired, "budget used up")
-                say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
-            }
             if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
-            if let t = monitorAt, now >= t, let p = process {
-                monitorAt = nil
-                let external = conditions?["power.external"] ?? .null
-                if !machine.task.cpuHeavy, external == .bool(false), let cpu = p.cpuSeconds() {
-                    if let s = monitorSample, now > s.wall {
-                        let share = (cpu - s.cpu) / (now - s.wall) * 100
-                        if share > policy.settings.number("run.cpu_monitor_percent") {
-                            machine.markCPUHeavy()
-                            state?.update(state: stateName(), task: machine.task)
-                            record(.cpuHeavy, "\(Int(min(share, 100_000)))% of a CPU")
-                            say("measured CPU-heavy (\(Int(min(share, 100_000)))% of a CPU on battery)")
-                            changed = true
-                        }
-                    }
-                    monitorSample = (now, cpu)
-                } else {
-                    monitorSample = nil
+            if let t = machine.cpuSampleDue, now >= t {
+                let onBattery = conditions?["power.external"] == .bool(false)
+                let marked = machine.cpuSample(cpuSeconds: process?.cpuSeconds() ?? 0, onBattery: onBattery && process?.cpuSeconds() != nil, now: now)
+                if !marked.isEmpty {
+                    perform(marked, machine.lastDecision, now: now)
+                    changed = true
                 }
-                if !machine.task.cpuHeavy { monitorAt = now + 1 }
             }
-            if process == nil, let m = options.maxWait, now - start >= m {
-                record(.gaveUp, "--max-wait \(formatDuration(m))", decision: lastDecision)
-                say("gave up waiting after \(formatDuration(m))")
-                return finish(ExitStatus.tempFail)
-            }
-            var holdDue = lastDecision?.nextChangeAt.map { now >= $0 } ?? false
+            var due = machine.nextWake.map { now >= $0 } ?? false
             if let t = tickAt, now >= t {
-                holdDue = true
+                due = true
                 tickAt = now + 1
             }
-            if changed || holdDue, !machine.isDone, let code = evaluate(now: now) { return code }
+            if changed || due, !machine.isDone {
+                evaluate(now: now)
+                if spawnFailure != nil || machine.isDone { return finish() }
+            }
         }
     }
 

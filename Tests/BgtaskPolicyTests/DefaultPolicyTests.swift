@@ -108,9 +108,82 @@ struct TaskMachineTests {
         #expect(at(150, ac) == [])                      // heavy.hot lets go after 1 min
         #expect(at(200, ac) == [])
         #expect(at(210, ac) == [.unthrottle, .resume])
-        #expect(at(220, ac.merging(["thermal.state": .string("critical")]) { $1 }) == [.expire(grace: 5)])
-        #expect(m.isDone)
+        #expect(at(220, ac.merging(["thermal.state": .string("critical")]) { $1 }) == [.expire(grace: 5, why: .verdict)])
+        #expect(m.isExpiring)
+        #expect(m.nextWake == 225)
+        #expect(at(225, ac) == [.kill])
+        m.exited(status: 137)
+        #expect(m.isDone && m.exitStatus == 75)
         #expect(at(230, ac) == [])
+    }
+
+    @Test("the core alone, in virtual time: wait → hold → start → throttle → budget expiry → grace → kill, each at its instant")
+    func budgetAndGraceInVirtualTime() throws {
+        let p = try defaultPolicy()
+        var t = TaskFields(id: "build")
+        t.requiresExternalPower = true
+        t.cpuHeavy = true
+        var m = TaskMachine(task: t, enqueuedAt: 0, limits: TaskLimits(budget: 600, expireGrace: 10))
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        let battery: [String: PolicyValue] = ["power.external": .bool(false), "thermal.state": .string("nominal")]
+        let ac: [String: PolicyValue] = ["power.external": .bool(true), "thermal.state": .string("nominal")]
+        let warm = ac.merging(["thermal.state": .string("fair")]) { $1 }
+        #expect(at(0, battery) == [])
+        #expect(m.nextWake == nil)                      // nothing to wait for but an event
+        #expect(at(100, ac) == [])
+        #expect(m.nextWake == 130)                      // the hold_off asks to be woken, nothing polls
+        #expect(at(130, ac) == [.start])
+        #expect(m.nextWake == 730)                      // the budget
+        #expect(at(140, warm) == [])
+        #expect(at(170, warm) == [.throttle(cpuPercent: 25)])
+        #expect(at(730, warm) == [.expire(grace: 10, why: .budget(600))])
+        // Expiring: a pause verdict cannot freeze it now.
+        #expect(at(731, warm.merging(["thermal.state": .string("serious")]) { $1 }) == [])
+        #expect(m.nextWake == 740)
+        #expect(at(740, warm) == [.kill])
+        #expect(m.nextWake == nil)
+        m.exited(status: 137)
+        #expect(m.exitStatus == 75)
+    }
+
+    @Test("give-up in virtual time: --max-wait at its instant, --no-wait at the first decision, a signal while waiting")
+    func givingUpInVirtualTime() throws {
+        let p = try defaultPolicy()
+        var t = TaskFields(id: "b")
+        t.requiresExternalPower = true
+        let battery: [String: PolicyValue] = ["power.external": .bool(false)]
+        var m = TaskMachine(task: t, enqueuedAt: 0, limits: TaskLimits(maxWait: 3600))
+        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [])
+        #expect(m.nextWake == 3600)
+        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 3600).1 == [.giveUp(reason: "--max-wait 1h")])
+        #expect(m.exitStatus == 75)
+        var n = TaskMachine(task: t, enqueuedAt: 0, limits: TaskLimits(noWait: true))
+        #expect(n.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [.giveUp(reason: "--no-wait")])
+        var s = TaskMachine(task: t, enqueuedAt: 0)
+        _ = s.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0)
+        #expect(s.signal(2, terminating: true) == [.giveUp(reason: "signal 2 while waiting")])
+        #expect(s.exitStatus == 130)
+    }
+
+    @Test("the CPU monitor decides from samples: above the threshold on battery marks the task heavy; on AC it never does")
+    func cpuMonitorInVirtualTime() throws {
+        let p = try defaultPolicy()
+        var m = TaskMachine(task: TaskFields(id: "hog"), enqueuedAt: 0, limits: TaskLimits(cpuMonitorPercent: 50))
+        let battery: [String: PolicyValue] = ["power.external": .bool(false), "battery.percent": .number(80)]
+        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [.start])
+        #expect(m.cpuSampleDue == 1)
+        #expect(m.cpuSample(cpuSeconds: 0.0, onBattery: false, now: 1).isEmpty)   // on AC: not watched
+        #expect(m.cpuSample(cpuSeconds: 0.0, onBattery: true, now: 2).isEmpty)    // first sample: a baseline
+        #expect(m.cpuSample(cpuSeconds: 0.3, onBattery: true, now: 3).isEmpty)    // 30 %
+        let marked = m.cpuSample(cpuSeconds: 1.2, onBattery: true, now: 4)          // 90 %
+        guard case .markedCPUHeavy(let pct)? = marked.first, marked.count == 1 else { Issue.record("not marked: \(marked)"); return }
+        #expect(abs(pct - 90) < 0.001)
+        #expect(m.task.cpuHeavy)
+        #expect(m.cpuSampleDue == nil)
+        let (_, actions) = m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 4)
+        #expect(actions == [.throttle(cpuPercent: 25)])                          // heavy.on-battery now applies
     }
 
     @Test("simulate shows hysteresis: a wobbling charger does not restart the work")

@@ -190,11 +190,11 @@ struct HostilePolicyTests {
         var m = TaskMachine(task: TaskFields(id: "t"), enqueuedAt: 0)
         let cool = Policy.Evaluator(policy: p, conditions: ["thermal.state": .string("nominal")], time: .midnightMonday)
         #expect(m.step(cool, now: 0).1 == [.start])
-        m.beginExpiry()
+        #expect(m.expire(now: 1, grace: 3) == [.expire(grace: 3, why: .verdict)])
         let hot = Policy.Evaluator(policy: p, conditions: ["thermal.state": .string("serious")], time: .midnightMonday)
-        let (d, actions) = m.step(hot, now: 1)
+        let (d, actions) = m.step(hot, now: 2)
         #expect(d.verdict == .pause)
         #expect(actions.isEmpty)
-        #expect(m.phase == .expired)
+        #expect(m.phase == .expiring(killAt: 4, killed: false))
     }
 }
