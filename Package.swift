@@ -26,8 +26,11 @@ let package = Package(
         // Linux calls the Glibc overlay does not import (pipe2, netlink).
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
 
+        // The JSON value every --json output, trace and audit record is made of: a leaf, no dependencies.
+        .target(name: "BgtaskJSON"),
+
         // Reads the machine: sysfs, libudev, UPower, NetworkManager, power-profiles-daemon, rtnetlink.
-        .target(name: "BgtaskProbes", dependencies: ["CUdev", "CUPower", "CLinux"]),
+        .target(name: "BgtaskProbes", dependencies: ["BgtaskJSON", "CUdev", "CUPower", "CLinux"]),
 
         // The policy language: parse, type-check, evaluate, explain. No I/O: text in, decisions out.
         .target(name: "BgtaskPolicy", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
@@ -37,17 +40,18 @@ let package = Package(
         .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProbes"]),
 
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
-        .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy"]),
+        // Also the task's events for observers, the trace format, and the meeting of readings and policy values.
+        .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy", "BgtaskJSON"]),
 
         // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
         .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskConfig", "CLinux"]),
 
         // The audit trail: every decision in SQLite (GRDB, WAL), and the story `bgtask why` tells from it.
-        .target(name: "BgtaskAudit", dependencies: ["BgtaskRun", "BgtaskPolicy", "BgtaskProbes", "BgtaskConfig",
+        .target(name: "BgtaskAudit", dependencies: ["BgtaskCore", "BgtaskPolicy", "BgtaskJSON", "BgtaskConfig",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
+            "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.

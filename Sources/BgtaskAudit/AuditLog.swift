@@ -2,9 +2,9 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskPolicy
-import BgtaskProbes
+import BgtaskJSON
 import BgtaskConfig
-import BgtaskRun
+import BgtaskCore
 import GRDB
 
 /// One stored decision: what happened to a task, the verdict, each rule in effect with its `file:line`,
@@ -112,9 +112,12 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     static func checkHeader(_ path: String) throws {
         var st = stat()
         guard lstat(path, &st) == 0, st.st_size > 0 else { return }
-        guard case .success(let head) = FileIO.readBytes(path, limit: 16, noFollow: true) else {
-            throw AuditError(path: path, message: "cannot be read: \(String(cString: strerror(errno)))")
-        }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw AuditError(path: path, message: "cannot be read: \(String(cString: strerror(errno)))") }
+        var head = [UInt8](repeating: 0, count: 16)
+        let n = read(fd, &head, 16)
+        close(fd)
+        head = Array(head.prefix(max(0, n)))
         guard head.count >= 16, Array(head.prefix(16)) == Array("SQLite format 3\0".utf8) else {
             throw AuditError(path: path, message: "is not an SQLite database (not bgtask's audit trail); refusing to touch it")
         }
@@ -278,4 +281,17 @@ public func wallClock() -> Double {
     var ts = timespec()
     clock_gettime(CLOCK_REALTIME, &ts)
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+extension AuditEntry {
+    /// As `why --json` and `log --json` print it.
+    public var json: JSONValue {
+        .object([
+            ("time", .number(time)), ("run", .string(runID)), ("task", .string(taskID)), ("event", .string(event)),
+            ("verdict", JSONValue(verdict)), ("detail", .string(detail)),
+            ("rules", (try? JSONValue.parse(rules)) ?? .array([])),
+            ("conditions", conditions.flatMap { try? JSONValue.parse($0) } ?? .null),
+            ("exit_status", JSONValue(exitStatus.map(Int.init))),
+        ])
+    }
 }

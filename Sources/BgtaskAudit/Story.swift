@@ -1,7 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
-import BgtaskProbes
+import BgtaskJSON
 
 /// A run's audit entries told in plain words: what it waited for and which rule (file:line) said so,
 /// when it started and what had changed, each throttle, pause and resume, and how it ended.

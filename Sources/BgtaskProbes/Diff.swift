@@ -1,3 +1,4 @@
+import BgtaskJSON
 /// One condition that changed between two snapshots.
 public struct ConditionChange: Sendable, Equatable {
     public var path: String

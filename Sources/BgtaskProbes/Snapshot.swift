@@ -1,3 +1,4 @@
+import BgtaskJSON
 /// What the D-Bus services said (or why they could not say).
 public struct DBusReadings: Sendable, Equatable {
     public var upower: UPowerReading

@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskConfig
+import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
 import CLinux

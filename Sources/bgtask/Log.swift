@@ -47,7 +47,7 @@ extension Bgtask {
             var lastID: Int64 = 0
             var audit: AuditLog?
             func show(_ e: AuditEntry) {
-                print(json ? entryJSON(e).rendered
+                print(json ? e.json.rendered
                       : Terminal.safe("\(Story.clock(e.time)) \(e.taskID) \(e.event)\(e.verdict.map { " (\($0))" } ?? ""): \(e.detail)"))
                 lastID = max(lastID, e.id ?? 0)
             }

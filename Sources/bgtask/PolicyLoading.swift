@@ -1,7 +1,8 @@
+import BgtaskCore
+import BgtaskJSON
 import ArgumentParser
 import BgtaskPolicy
 import BgtaskProbes
-import BgtaskRun
 import BgtaskConfig
 #if canImport(Glibc)
 @preconcurrency import Glibc
@@ -52,7 +53,7 @@ enum TaskSpec {
 enum ConditionValues {
     static func from(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] { ConditionConversion.values(pairs) }
 
-    static func localTime(_ epoch: Double) -> TimeFields { BgtaskRun.localTime(epoch) }
+    static func localTime(_ epoch: Double) -> TimeFields { BgtaskCore.localTime(epoch) }
 
     static func now() -> Double {
         var ts = timespec()

@@ -1,4 +1,6 @@
+import BgtaskJSON
 import ArgumentParser
+import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
 
@@ -35,13 +37,11 @@ extension Bgtask.PolicyCommand {
                 if r.holdOn > 0 { extra.append("hold_on=\(formatDuration(r.holdOn))") }
                 if r.holdOff > 0 { extra.append("hold_off=\(formatDuration(r.holdOff))") }
                 if r.whenUnknown == .match { extra.append("when_unknown=match") }
-                out("\(r.verdict.rawValue.padding(8)) \(r.id)  (\(r.location)\((policy.history[r.id] ?? []).map { "; \($0)" }.joined()))")
+                out("\(r.verdict.rawValue.padded(8)) \(r.id)  (\(r.location)\((policy.history[r.id] ?? []).map { "; \($0)" }.joined()))")
                 out("         when \(r.when)" + (extra.isEmpty ? "" : "  [\(extra.joined(separator: " "))]"))
             }
         }
     }
 }
 
-extension String {
-    func padding(_ n: Int) -> String { count >= n ? self : self + String(repeating: " ", count: n - count) }
-}
+

@@ -1,3 +1,4 @@
+import BgtaskCore
 import ArgumentParser
 import BgtaskAudit
 import BgtaskConfig

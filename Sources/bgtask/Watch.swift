@@ -1,4 +1,6 @@
+import BgtaskJSON
 import ArgumentParser
+import BgtaskCore
 import BgtaskProbes
 import BgtaskConfig
 import Dispatch
@@ -102,9 +104,7 @@ enum WatchLine {
 
     /// The replayable form: every condition, not only what changed.
     static func record(_ u: ConditionUpdate, time: String) -> JSONValue {
-        .object([("time", .string(time)), ("trigger", .string(u.trigger)), ("initial", .bool(u.initial)),
-                 ("changed", .array(u.changes.map { .string($0.path) })),
-                 ("conditions", .object(u.snapshot.conditions))])
+        TraceFile.line(time: time, trigger: u.trigger, initial: u.initial, changed: u.changes.map(\.path), conditions: u.snapshot.conditions)
     }
 
     static func human(_ u: ConditionUpdate, time: String) -> String {

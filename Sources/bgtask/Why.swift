@@ -1,3 +1,4 @@
+import BgtaskJSON
 import ArgumentParser
 import BgtaskAudit
 import BgtaskConfig
@@ -59,7 +60,7 @@ extension Bgtask {
                 let more = latest.count > limit
                 if more { latest.removeLast() }
                 if json {
-                    print(JSONValue.array(latest.map(entryJSON)).rendered)
+                    print(JSONValue.array(latest.map(\.json)).rendered)
                 } else if latest.isEmpty {
                     print("no task in the last \(since)")
                 } else {
@@ -87,7 +88,7 @@ extension Bgtask {
             if json {
                 print(JSONValue.array(order.map { r in
                     let es = byRun[r] ?? []
-                    return .object([("run", .string(r)), ("story", .string(Story.tell(es))), ("entries", .array(es.map(entryJSON)))])
+                    return .object([("run", .string(r)), ("story", .string(Story.tell(es))), ("entries", .array(es.map(\.json)))])
                 }).rendered)
             } else {
                 for r in order { print(Terminal.safe(Story.tell(byRun[r] ?? []))) }
@@ -96,12 +97,3 @@ extension Bgtask {
     }
 }
 
-func entryJSON(_ e: AuditEntry) -> JSONValue {
-    .object([
-        ("time", .number(e.time)), ("run", .string(e.runID)), ("task", .string(e.taskID)), ("event", .string(e.event)),
-        ("verdict", JSONValue(e.verdict)), ("detail", .string(e.detail)),
-        ("rules", (try? JSONValue.parse(e.rules)) ?? .array([])),
-        ("conditions", e.conditions.flatMap { try? JSONValue.parse($0) } ?? .null),
-        ("exit_status", JSONValue(e.exitStatus.map(Int.init))),
-    ])
-}

@@ -1,3 +1,4 @@
+import BgtaskCore
 import BgtaskAudit
 import BgtaskPolicy
 import BgtaskRun

@@ -1,3 +1,4 @@
+import BgtaskJSON
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes

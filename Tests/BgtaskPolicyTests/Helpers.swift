@@ -1,3 +1,4 @@
+import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskRun

@@ -1,3 +1,4 @@
+import BgtaskJSON
 import Foundation
 import Testing
 @testable import BgtaskProbes

@@ -131,6 +131,22 @@ struct PolicyCommandTests {
         #expect(notJSON.2.contains("not JSON"))
     }
 
+    @Test("simulate replays budgets and expiry through the same core as run: budget used up, the grace, SIGKILL")
+    func simulateShowsBudgetExpiry() throws {
+        let p = try PolicyEnv()
+        let trace = repoRoot.appendingPathComponent("Tests/BgtaskPolicyTests/Traces/charger-heat-charger.jsonl").path
+        let r = try p.run(["policy", "simulate", "--trace", trace, "--task", "id=build", "--budget", "20s"])
+        #expect(r.0 == 0, "\(r.2)")
+        let lines = r.1.split(separator: "\n").map(String.init)
+        let expiry = try #require(lines.firstIndex { $0.contains("budget 20s used up (grace 10s)") }, "\(r.1)")
+        let kill = try #require(lines.firstIndex { $0.contains("killed (SIGKILL)") }, "\(r.1)")
+        #expect(kill > expiry)
+        #expect(lines[expiry].contains("+20s") || lines[expiry].contains("+2"), "\(lines[expiry])")
+        try p.userPolicy("50-never.toml", "[[rule]]\nid = \"never\"\nwhen = 'task.id == \"b\"'\nverdict = \"defer\"\n")
+        let gaveUp = try p.run(["policy", "simulate", "--trace", trace, "--task", "id=b", "--max-wait", "5s"])
+        #expect(gaveUp.1.contains("gave up (--max-wait 5s)"), "\(gaveUp.1)")
+    }
+
     @Test("simulate on the recorded umockdev trace prints the timeline with its holds")
     func simulateRecordedTrace() throws {
         let p = try PolicyEnv()

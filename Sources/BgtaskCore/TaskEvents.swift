@@ -1,0 +1,96 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskJSON
+import BgtaskPolicy
+
+/// One thing that happened to a task, for the audit trail and the messages on stderr.
+public struct RunEvent: Sendable {
+    public enum Kind: String, Sendable {
+        case deferred, started, throttled, unthrottled, paused, resumed, expired, killed
+        case gaveUp = "gave-up", finished, signalled, cpuHeavy = "cpu-heavy", failed
+        /// The supervisor of a run was found gone; `recovered`: what was then done to its command.
+        case lost, recovered
+    }
+    public var kind: Kind
+    public var monotonic: Double
+    public var detail: String
+    public var decision: Decision?
+    public var conditions: [String: PolicyValue]
+    public var exitStatus: Int32?
+    /// For events about another run than the observer's own (recovery of a dead supervisor's task).
+    public var runID: String?
+
+    public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?,
+                runID: String? = nil) {
+        self.runID = runID
+        self.kind = kind
+        self.monotonic = monotonic
+        self.detail = detail
+        self.decision = decision
+        self.conditions = conditions
+        self.exitStatus = exitStatus
+    }
+}
+
+public protocol RunObserver: AnyObject {
+    func record(_ event: RunEvent, task: TaskFields)
+}
+
+
+
+public func wallClockNow() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+/// HH:MM:SS local time.
+public func clockText(_ epoch: Double) -> String {
+    guard epoch.isFinite, abs(epoch) < 1e12 else { return "?" }
+    var secs = time_t(epoch)
+    var tm = tm()
+    localtime_r(&secs, &tm)
+    func p(_ v: Int32) -> String { v < 10 ? "0\(v)" : String(v) }
+    return "\(p(tm.tm_hour)):\(p(tm.tm_min)):\(p(tm.tm_sec))"
+}
+
+public func localTime(_ epoch: Double? = nil) -> TimeFields {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    var t = epoch.map { time_t($0) } ?? ts.tv_sec
+    var tm = tm()
+    localtime_r(&t, &tm)
+    let days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+    return TimeFields(hour: Int(tm.tm_hour), secondsSinceMidnight: Double(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec),
+                      weekday: days[Int(tm.tm_wday)])
+}
+
+/// Between the probes' JSON values and the policy's values: the one place the two meet.
+public enum ConditionConversion {
+    public static func values(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] {
+        var out: [String: PolicyValue] = [:]
+        for (k, v) in pairs { out[k] = value(v) }
+        return out
+    }
+
+    public static func value(_ v: JSONValue) -> PolicyValue {
+        switch v {
+        case .null, .object: return .null
+        case .bool(let b): return .bool(b)
+        case .number(let n): return .number(n)
+        case .string(let s): return .string(s)
+        case .array(let a): return .list(a.map(value))
+        }
+    }
+
+    public static func json(_ v: PolicyValue) -> JSONValue {
+        switch v {
+        case .null: return .null
+        case .bool(let b): return .bool(b)
+        case .number(let n), .duration(let n): return .number(n)
+        case .string(let s): return .string(s)
+        case .list(let l): return .array(l.map(json))
+        }
+    }
+}

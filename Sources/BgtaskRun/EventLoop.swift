@@ -1,0 +1,90 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import CLinux
+import Synchronization
+
+/// One poll loop on the calling thread for any number of supervisors: the condition watcher's wake pipe,
+/// a signalfd (every catchable terminating signal, and SIGCHLD), and a timeout at the earliest deadline any
+/// supervisor asked for. Nothing polls: with nothing due, the loop sleeps until an event.
+public final class EventLoop {
+    let sigfd: Int32
+    let wake = WakePipe()
+    /// The newest snapshot, written by the watcher's thread (a class box: a Mutex cannot be shared by copy).
+    final class Latest: Sendable { let value = Mutex<ConditionSnapshot?>(nil) }
+    let latest = Latest()
+    let handle: WatchHandle
+
+    public struct SetupError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Thermal zones are read (every 2 s) only if a policy reads `thermal.*`.
+    public static func watchOptions(_ probe: ProbeOptions, policies: [Policy]) -> WatchOptions {
+        let readsThermal = policies.contains { $0.rules.contains { $0.names.contains { $0.hasPrefix("thermal.") } } }
+        return WatchOptions(probe: probe, thermalIntervalMs: readsThermal ? 2000 : nil)
+    }
+
+    public init(watch: WatchOptions) throws {
+        // Signals first, so the watcher's threads inherit the mask and only the signalfd sees them.
+        let fd = bgt_signalfd_forwarded()
+        guard fd >= 0 else { throw SetupError(description: "cannot set up signal handling: \(String(cString: strerror(-fd)))") }
+        sigfd = fd
+        let latest = self.latest, wake = self.wake
+        handle = ConditionWatcher.start(watch, deliver: { u in
+            let snap = u.snapshot
+            latest.value.withLock { $0 = snap }
+            wake.wake()
+            return true
+        })
+    }
+
+    deinit {
+        handle.stop()
+        close(sigfd)
+    }
+
+    /// Runs until every supervisor is done.
+    public func run(_ supervisors: [Supervisor]) {
+        while !supervisors.allSatisfy(\.isDone) {
+            let now0 = monotonic()
+            let deadline = supervisors.filter { !$0.isDone }.compactMap(\.nextDeadline).min()
+            let timeout: Int32 = deadline.map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
+            var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
+            _ = poll(&fds, nfds_t(fds.count), timeout)
+            let now = monotonic()
+
+            if fds[1].revents != 0 {
+                var sig = bgt_signalfd_read(sigfd)
+                while sig != 0 {
+                    if sig == SIGCHLD { reap(supervisors) } else {
+                        for s in supervisors where !s.isDone { s.signal(sig, now: now) }
+                    }
+                    sig = bgt_signalfd_read(sigfd)
+                }
+            }
+            if fds[0].revents != 0 {
+                wake.drain()
+                if let snap = latest.value.withLock({ $0 }) {
+                    let values = ConditionConversion.values(snap.conditions)
+                    for s in supervisors where !s.isDone { s.conditionsChanged(values, now: now) }
+                }
+            }
+            for s in supervisors where !s.isDone {
+                if let d = s.nextDeadline, now >= d { s.timersDue(now: now) }
+            }
+        }
+    }
+
+    /// Reaps every exited child that belongs to a supervisor (others are left to whoever started them).
+    func reap(_ supervisors: [Supervisor]) {
+        for s in supervisors where !s.isDone {
+            guard let pid = s.pid else { continue }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { s.childExited(waitStatus: status) }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import CLinux
+
+/// One task under supervision: the core's `TaskMachine` and the process it drives. It receives events
+/// (conditions, the clock, signals, its child's exit), gives them to the machine, and carries out the
+/// machine's actions on the process; it records each one, then says it. An `EventLoop` runs any number
+/// of these; it holds no scheduling rule of its own.
+public final class Supervisor {
+    let options: RunOptions
+    let policy: Policy
+    let observer: RunObserver?
+    let state: ActiveTasks?
+    let enqueuedAt: Double
+    public private(set) var machine: TaskMachine
+    var process: TaskProcess?
+    var conditions: [String: PolicyValue]?
+    var lastSaid = ""
+    var dutyAt: Double?
+    var spawnFailure: Int32?
+    /// Rules that read the clock or the task's age have no event: looked at each second, only if any exist.
+    var tickAt: Double?
+
+    public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
+        self.options = options
+        self.policy = policy
+        self.observer = observer
+        self.state = state
+        self.enqueuedAt = enqueuedAt
+        machine = TaskMachine(task: options.task, enqueuedAt: enqueuedAt, limits: options.limits(policy.settings))
+        let readsTime = policy.rules.contains { $0.names.contains { $0.hasPrefix("time.") || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
+        tickAt = readsTime ? enqueuedAt + 1 : nil
+    }
+
+    public var isDone: Bool { spawnFailure != nil || machine.isDone }
+    /// The process group it runs, once started (for reaping).
+    public var pid: pid_t? { process?.pid }
+
+    /// When it must be woken even if nothing happens.
+    public var nextDeadline: Double? { [machine.nextWake, dutyAt, tickAt, machine.cpuSampleDue].compactMap { $0 }.min() }
+
+    /// Cleans up and returns the exit status of `bgtask run`.
+    public func finish() -> Int32 {
+        process?.cleanUp()
+        state?.remove()
+        return spawnFailure ?? machine.exitStatus ?? 1
+    }
+
+    func say(_ s: String) {
+        if !options.quiet { fputs(Terminal.safe("bgtask: \(options.task.id): \(s)") + "\n", stderr) }
+    }
+
+    func stateName() -> String {
+        switch machine.phase {
+        case .paused: return "paused"
+        case .running(let cap?): return "throttled \(cap)"
+        case .expiring: return "expiring"
+        default: return "running"
+        }
+    }
+
+    func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
+        // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
+        if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
+        observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
+                                  conditions: conditions ?? [:], exitStatus: status), task: machine.task)
+    }
+
+    func explain(_ d: Decision?) -> String {
+        guard let m = d?.matches.first else { return "no rule applies" }
+        return "\(m.reason) — rule \(m.ruleID) (\(m.location))"
+    }
+
+    // MARK: Events
+
+    /// New readings from the watcher.
+    public func conditionsChanged(_ c: [String: PolicyValue], now: Double) {
+        conditions = c
+        evaluate(now: now)
+    }
+
+    /// The loop woke at or after `nextDeadline`: the duty cycle, the CPU monitor, holds and deadlines.
+    public func timersDue(now: Double) {
+        if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
+        var changed = false
+        if let t = machine.cpuSampleDue, now >= t {
+            let cpu = process?.cpuSeconds()
+            let onBattery = conditions?["power.external"] == .bool(false) && cpu != nil
+            let marked = machine.cpuSample(cpuSeconds: cpu ?? 0, onBattery: onBattery, now: now)
+            if !marked.isEmpty {
+                perform(marked, machine.lastDecision, now: now)
+                changed = true
+            }
+        }
+        var due = machine.nextWake.map { now >= $0 } ?? false
+        if let t = tickAt, now >= t {
+            due = true
+            tickAt = now + 1
+        }
+        if changed || due { evaluate(now: now) }
+    }
+
+    /// A signal the supervisor received (forwarded to the command, or ending the wait).
+    public func signal(_ sig: Int32, now: Double) {
+        perform(machine.signal(sig, terminating: [SIGHUP, SIGINT, SIGQUIT, SIGTERM].contains(sig)), machine.lastDecision, now: now)
+    }
+
+    /// Its command exited with this wait status.
+    public func childExited(waitStatus status: Int32) {
+        let code = exitCode(status)
+        machine.exited(status: code)
+        let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
+        record(.finished, how, status: code)
+        say("finished (\(how))")
+    }
+
+    func evaluate(now: Double) {
+        guard let c = conditions, !isDone else { return }
+        let evaluator = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+        // Holds say when they let go as a time of day, not as a monotonic instant.
+        evaluator.timeLabel = { t, now in clockText(wallClockNow() + (t - now)) }
+        let wasWaiting = machine.phase == .waiting
+        let (d, actions) = machine.step(evaluator, now: now)
+        if wasWaiting, d.verdict != .run, d.verdict != .throttle {
+            let text = explain(d)
+            if text != lastSaid {
+                lastSaid = text
+                record(.deferred, text, decision: d)
+                say("waiting: \(text)")
+            }
+        }
+        perform(actions, d, now: now)
+    }
+
+    /// Carries out the core's actions on the process; what is done is recorded, then said.
+    func perform(_ actions: [TaskAction], _ d: Decision?, now: Double) {
+        for a in actions {
+            switch a {
+            case .start:
+                do {
+                    let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
+                                                  cgroupName: "\(options.task.id)-\(getpid())", prefer: options.mechanism)
+                    process = p
+                    state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
+                                   grace: machine.limits.expireGrace)
+                    let waited = now - enqueuedAt
+                    record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
+                    say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
+                } catch let e as SpawnError {
+                    record(.failed, e.description, status: e.exitCode)
+                    say(e.description)
+                    spawnFailure = e.exitCode
+                    return
+                } catch { spawnFailure = 1; return }
+            case .throttle(let pct):
+                process?.throttle(pct)
+                if process?.mechanism == .signals { dutyAt = now }
+                record(.throttled, "\(pct)%", decision: d)
+                say("throttled to \(pct)% (\(process?.mechanism.rawValue ?? "")): \(explain(d))")
+            case .unthrottle:
+                process?.unthrottle()
+                dutyAt = nil
+                record(.unthrottled, "cap lifted", decision: d)
+                say("cap lifted")
+            case .pause:
+                process?.pause()
+                record(.paused, "paused", decision: d)
+                say("paused: \(explain(d))")
+            case .resume:
+                process?.resume()
+                if process?.cap != nil, process?.mechanism == .signals { dutyAt = now }
+                record(.resumed, "resumed", decision: d)
+                say("resumed")
+            case .expire(let grace, let why):
+                process?.thawForSignal()
+                process?.signal(SIGTERM)
+                dutyAt = nil
+                switch why {
+                case .verdict:
+                    record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
+                    say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
+                case .budget(let b):
+                    record(.expired, "budget used up (\(formatDuration(b)))")
+                    say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
+                }
+            case .kill:
+                process?.signal(SIGKILL)
+                record(.killed, "SIGKILL after the grace period")
+            case .giveUp(let reason):
+                record(.gaveUp, reason, decision: d)
+                if reason.hasPrefix("--max-wait ") { say("gave up waiting after \(reason.dropFirst("--max-wait ".count))") }
+                else if reason.hasPrefix("signal ") { say("interrupted by \(reason)") }
+            case .forward(let sig, let thaw):
+                if thaw { process?.thawForSignal() }
+                process?.signal(sig)
+                record(.signalled, "forwarded signal \(sig)")
+            case .markedCPUHeavy(let pct):
+                record(.cpuHeavy, "\(Int(pct))% of a CPU")
+                say("measured CPU-heavy (\(Int(pct))% of a CPU on battery)")
+            }
+        }
+    }
+}
+
+func exitCode(_ status: Int32) -> Int32 {
+    let sig = status & 0x7f
+    return sig == 0 ? (status >> 8) & 0xff : 128 + sig
+}
