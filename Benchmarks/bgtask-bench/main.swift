@@ -177,6 +177,13 @@ for (label, withZone) in [("no thermal zone", false), ("a thermal zone, 2 s poll
     idleRow("idle `bgtask watch` wake-ups per minute (\(label))", watch)
 }
 
+/// Resident memory of a process, from /proc/PID/status.
+func rssMB(_ pid: Int32) -> Double {
+    let text = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+    let kb = text.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { Double($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+    return kb / 1024
+}
+
 /// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
 func idleRow(_ name: String, _ child: Child) {
     let pid = child.process.processIdentifier
@@ -231,7 +238,36 @@ do {
         }
         let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", "true"], environment: env())
         guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait") }
+        if withZone { print(String(format: "| waiting `bgtask run` RSS (a thermal zone) | 1 | %.1f MB | |", rssMB(run.process.processIdentifier))) }
         idleRow("waiting `bgtask run` wake-ups per minute (\(label))", run)
+    }
+
+    // The peer on the same kind of testbed: the real upowerd on a private bus, idle on battery.
+    do {
+        let tb3 = Testbed()
+        let laptop3 = tb3.addLaptop(acOnline: false, zoneMilliC: 50_000)
+        _ = laptop3
+        let bus = try PrivateBus()
+        let upowerd = try UPowerDaemon(bus: bus)
+        let pid = upowerd.pid
+        print(String(format: "| upowerd RSS (same testbed) | 1 | %.1f MB | |", rssMB(pid)))
+        let before = wakeups(pid: pid)
+        Thread.sleep(forTimeInterval: idleSeconds)   // measuring idleness: a fixed wait is the point
+        let after = wakeups(pid: pid)
+        print(String(format: "| upowerd wake-ups per minute (same testbed, idle on battery) | %.0f s | %.1f | |", idleSeconds,
+                     Double(after - before) * 60 / idleSeconds))
+        upowerd.stop()
+    }
+
+    // A running CPU-heavy task under the default policy's thermal rules, 25 °C below the fair line: zones are
+    // read only as often as that distance needs (30 s), not every 2 s.
+    do {
+        let tb4 = Testbed()
+        tb4.addLaptop(acOnline: true, batteryStatus: "Charging", zoneMilliC: 50_000)
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--cpu-heavy", "--", "sh", "-c", "while :; do :; done"], environment: env())
+        guard let started = run.errorLine(within: 10, where: { $0.contains("started") }) else { fatalError("did not start: \(run.stderr)") }
+        _ = started
+        idleRow("running CPU-heavy `bgtask run` wake-ups per minute (a zone at 50 °C, thermal rules in force)", run)
     }
     try? FileManager.default.removeItem(at: dir)
 }

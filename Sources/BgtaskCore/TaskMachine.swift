@@ -289,3 +289,32 @@ public struct TaskMachine: Sendable {
         }
     }
 }
+
+extension TaskMachine {
+    static let thermalStates: [PolicyValue] = ["nominal", "fair", "serious", "critical"].map(PolicyValue.string) + [.null]
+
+    /// Whether any temperature could change what the policy decides for this task now: if its verdict is
+    /// the same whatever `thermal.state` reads, the zones need not be read at all (a task waiting for the
+    /// charger cannot be started by a cooler CPU). Rules that read `thermal.celsius` or `thermal.zone`
+    /// in a condition are taken to always depend on it.
+    public func dependsOnThermal(_ policy: Policy, conditions: [String: PolicyValue], time: TimeFields) -> Bool {
+        switch phase {
+        case .finished, .gaveUp, .expiring: return false
+        default: break
+        }
+        if policy.rules.contains(where: { $0.names.contains("thermal.celsius") || $0.names.contains("thermal.zone") }) { return true }
+        guard policy.rules.contains(where: { $0.names.contains("thermal.state") }) else { return false }
+        let waiting = phase == .waiting
+        var seen: Set<String> = []
+        var c = conditions
+        for s in TaskMachine.thermalStates {
+            c["thermal.state"] = s
+            let d = Policy.Evaluator(policy: policy, conditions: c, time: time).decideNow(task)
+            // What the verdict would do: for a task not yet started, only whether (and how capped) it starts.
+            let starts = d.verdict == .run || d.verdict == .throttle
+            seen.insert(waiting && !starts ? "stays waiting" : "\(d.verdict.rawValue) \(d.cpuPercent ?? 0)")
+            if seen.count > 1 { return true }
+        }
+        return false
+    }
+}

@@ -185,3 +185,27 @@ extension DeviceReader {
             .map { ThermalZone(device: $0, fallback: fallback) }
     }
 }
+
+extension ThermalAnalysis {
+    /// How often to read zones when a temperature matters: `minimum` (2 s) within 5 °C of a boundary where
+    /// any zone's state would change (a rise into fair, serious or critical, or a fall out of its state by
+    /// the hysteresis), growing linearly to `maximum` (30 s) at 20 °C and beyond. nil with no usable zone.
+    public static func readInterval(_ zones: [ThermalZone], states: [String: ThermalState], fallback: ThermalFallback = .init(),
+                                    minimumMs: Int32 = 2000, maximumMs: Int32 = 30_000) -> Int32? {
+        var distance = Double.infinity
+        for z in zones {
+            guard let t = z.celsius else { continue }
+            let th = z.thresholds(fallback)
+            let current = states[z.name] ?? .nominal
+            for (state, boundary) in [(ThermalState.fair, th.fair), (.serious, th.serious), (.critical, th.critical)] {
+                // Above the current state: reached by rising to the boundary; at or below it: left by falling under it.
+                let edge = state > current ? boundary : boundary - th.hysteresis
+                distance = min(distance, abs(edge - t))
+            }
+        }
+        guard distance.isFinite else { return nil }
+        if distance <= 5 { return minimumMs }
+        let grown = Double(minimumMs) + (distance - 5) / 15 * Double(maximumMs - minimumMs)
+        return Int32(min(Double(maximumMs), grown.rounded()))
+    }
+}

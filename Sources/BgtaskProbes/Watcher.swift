@@ -66,6 +66,10 @@ public enum ConditionWatcher {
 public struct WatchHandle: Sendable {
     let engine: WatchEngine
     public func stop() { engine.stop() }
+
+    /// Changes how often thermal zones are read (nil: not at all) — a scheduler reads them only while a
+    /// temperature can change an outcome, and less often the farther it is from a threshold.
+    public func setThermalInterval(ms: Int32?) { engine.setThermalInterval(ms: ms) }
 }
 
 final class WatchEngine: @unchecked Sendable {
@@ -78,12 +82,20 @@ final class WatchEngine: @unchecked Sendable {
     let dbus: Mutex<(readings: DBusReadings?, dirty: Bool)> = Mutex((nil, false))
     /// The GLib main loop, as a bit pattern (pointers are not Sendable).
     let glibLoop = Mutex<Int>(0)
+    /// The thermal poll interval in ms, -1 for none; changed from other threads.
+    let thermalInterval: Atomic<Int32>
 
     init(options: WatchOptions, deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
          finished: @escaping @Sendable () -> Void) {
         self.options = options
         self.deliver = deliver
         self.finished = finished
+        thermalInterval = Atomic(options.thermalIntervalMs ?? -1)
+    }
+
+    func setThermalInterval(ms: Int32?) {
+        let new = ms ?? -1
+        if thermalInterval.exchange(new, ordering: .sequentiallyConsistent) != new { wake.wake() }
     }
 
     func start() {
@@ -147,9 +159,14 @@ final class WatchEngine: @unchecked Sendable {
         emit(trigger: "start", initial: true)
 
         var nextThermal: UInt64?
+        var scheduledInterval: Int32 = thermalInterval.load(ordering: .relaxed)
         func scheduleThermal() {
-            guard let ms = options.thermalIntervalMs, zones.contains(where: \.isUsable) else { nextThermal = nil; return }
-            nextThermal = monotonicNanos() + UInt64(ms) * 1_000_000
+            let ms = thermalInterval.load(ordering: .relaxed)
+            // Reads turned back on: the last reading may be old, so read at once.
+            let resumed = scheduledInterval <= 0 && ms > 0
+            scheduledInterval = ms
+            guard ms > 0, zones.contains(where: \.isUsable) else { nextThermal = nil; return }
+            nextThermal = monotonicNanos() + (resumed ? 0 : UInt64(ms) * 1_000_000)
         }
         scheduleThermal()
 
@@ -172,6 +189,8 @@ final class WatchEngine: @unchecked Sendable {
             var triggers: [String] = []
             if fds[0].revents != 0 {
                 wake.drain()
+                // A new interval takes effect now: sooner if it shrank, later (or never) if it grew.
+                if thermalInterval.load(ordering: .relaxed) != scheduledInterval { scheduleThermal() }
                 if let r = dbus.withLock({ s -> DBusReadings? in defer { s.dirty = false }; return s.dirty ? s.readings : nil }) {
                     dbusReadings = r
                     dbusDirty = true

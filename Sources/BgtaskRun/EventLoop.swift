@@ -17,6 +17,9 @@ public final class EventLoop {
     final class Latest: Sendable { let value = Mutex<ConditionSnapshot?>(nil) }
     let latest = Latest()
     let handle: WatchHandle
+    /// The poll interval the watcher was started with: the shortest the loop will ask for.
+    let thermalMinimumMs: Int32?
+    var thermalAsked: Int32?
 
     public struct SetupError: Error, CustomStringConvertible {
         public var description: String
@@ -33,6 +36,8 @@ public final class EventLoop {
         let fd = bgt_signalfd_forwarded()
         guard fd >= 0 else { throw SetupError(description: "cannot set up signal handling: \(String(cString: strerror(-fd)))") }
         sigfd = fd
+        thermalMinimumMs = watch.thermalIntervalMs
+        thermalAsked = watch.thermalIntervalMs
         let latest = self.latest, wake = self.wake
         handle = ConditionWatcher.start(watch, deliver: { u in
             let snap = u.snapshot
@@ -76,6 +81,20 @@ public final class EventLoop {
             for s in supervisors where !s.isDone {
                 if let d = s.nextDeadline, now >= d { s.timersDue(now: now) }
             }
+            adjustThermalReads(supervisors)
+        }
+    }
+
+    /// Zones are read only while a temperature can change some task's verdict, and then less often the
+    /// farther the hottest reading is from a boundary: a run waiting for the charger reads none.
+    func adjustThermalReads(_ supervisors: [Supervisor]) {
+        guard let minimum = thermalMinimumMs, let snap = latest.value.withLock({ $0 }) else { return }
+        let matters = supervisors.contains { !$0.isDone && $0.dependsOnThermal }
+        let want = matters ? ThermalAnalysis.readInterval(snap.zones, states: snap.zoneStates, fallback: snap.options.thermal,
+                                                          minimumMs: minimum, maximumMs: max(minimum, 30_000)) : nil
+        if want != thermalAsked {
+            thermalAsked = want
+            handle.setThermalInterval(ms: want)
         }
     }
 

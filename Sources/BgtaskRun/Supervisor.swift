@@ -76,6 +76,12 @@ public final class Supervisor {
         return "\(m.reason) — rule \(m.ruleID) (\(m.location))"
     }
 
+    /// Whether a temperature could change this task's verdict now (see `TaskMachine.dependsOnThermal`).
+    public var dependsOnThermal: Bool {
+        guard let c = conditions else { return true }   // nothing known yet: read everything once
+        return machine.dependsOnThermal(policy, conditions: c, time: localTime())
+    }
+
     // MARK: Events
 
     /// New readings from the watcher.

@@ -262,3 +262,51 @@ struct RecordedTraceTests {
         #expect(events.flatMap(\.actions) == [.start, .throttle(cpuPercent: 25), .pause, .unthrottle, .resume])
     }
 }
+
+@Suite("Reading temperatures only when they matter")
+struct ThermalReadTests {
+    @Test("a task waiting for the charger does not depend on temperature; running work does (critical heat stops anything)")
+    func dependenceOnThermal() throws {
+        let p = try defaultPolicy()
+        var waiting = TaskFields(id: "backup")
+        waiting.requiresExternalPower = true
+        waiting.cpuHeavy = true
+        let battery: [String: PolicyValue] = ["power.external": .bool(false), "thermal.state": .string("nominal")]
+        var m = TaskMachine(task: waiting, enqueuedAt: 0)
+        _ = m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0)
+        #expect(m.phase == .waiting)
+        #expect(!m.dependsOnThermal(p, conditions: battery, time: .midnightMonday))
+        let ac: [String: PolicyValue] = ["power.external": .bool(true), "thermal.state": .string("nominal")]
+        var r = TaskMachine(task: TaskFields(id: "plain"), enqueuedAt: 0)
+        _ = r.step(Policy.Evaluator(policy: p, conditions: ac, time: .midnightMonday), now: 0)
+        #expect(r.dependsOnThermal(p, conditions: ac, time: .midnightMonday))
+        // A policy with no thermal rule never needs a zone read.
+        let none = try policy("[[rule]]\nid = \"x\"\nwhen = 'power.external == false'\nverdict = \"pause\"\n")
+        #expect(!r.dependsOnThermal(none, conditions: ac, time: .midnightMonday))
+    }
+
+    @Test("the read interval grows with the distance to the nearest boundary: 2 s within 5 °C, 30 s from 20 °C")
+    func intervalByDistance() throws {
+        let tree = try FixtureTree(umockdev: """
+        P: /devices/virtual/thermal/thermal_zone0
+        E: SUBSYSTEM=thermal
+        A: type=x86_pkg_temp\\n
+        A: temp=54000\\n
+        A: trip_point_0_type=critical\\n
+        A: trip_point_0_temp=95000\\n
+        A: trip_point_1_type=passive\\n
+        A: trip_point_1_temp=85000\\n
+        """)
+        defer { tree.remove() }
+        func interval(_ milli: String, previous: ThermalState? = nil) throws -> Int32? {
+            try tree.set("class/thermal/thermal_zone0/temp", milli + "\n")
+            let s = Prober(options: tree.options()).snapshot(previousZoneStates: previous.map { ["thermal_zone0": $0] } ?? [:])
+            return ThermalAnalysis.readInterval(s.zones, states: s.zoneStates)
+        }
+        #expect(try interval("54000") == 30_000)     // 21 °C below fair (75 °C)
+        #expect(try interval("65000") == 11_333)     // 10 °C below
+        #expect(try interval("72000") == 2000)       // within 5 °C
+        #expect(try interval("77000", previous: .fair) == 2000)   // 5 °C above fair's exit (75 − 3 hysteresis)
+        #expect(ThermalAnalysis.readInterval([], states: [:]) == nil)
+    }
+}

@@ -36,6 +36,9 @@ public final class PrivateBus {
 /// The real upowerd on a private bus, reading the current umockdev testbed.
 public final class UPowerDaemon {
     let daemon: Child
+    public var pid: Int32 { daemon.process.processIdentifier }
+    /// What upowerd -v has said on stderr so far, for a failing test's message.
+    public var log: String { daemon.stderr }
     let historyDir: URL
     let configFile: URL
 
