@@ -176,22 +176,9 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
-    public func append(_ e: AuditEntry) throws {
-        var e = e
-        try db.write { db in
-            try e.insert(db)
-            try db.execute(sql: """
-                INSERT INTO task (task_id, last_id, last_time) VALUES (?, ?, ?)
-                ON CONFLICT (task_id) DO UPDATE SET last_id = excluded.last_id, last_time = excluded.last_time
-                """, arguments: [e.taskID, db.lastInsertedRowID, e.time])
-        }
-        // Followers (`bgtask log`) watch this file: it changes only after the commit is visible, unlike
-        // the WAL, whose frames are written before SQLite publishes the commit in its mmap'd index.
-        let fd = open(changedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
-        if fd >= 0 { close(fd) }
-    }
+    public func append(_ e: AuditEntry) throws { try append(contentsOf: [e]) }
 
-    /// Many entries in one transaction (an import, a benchmark's fixture); followers are woken once.
+    /// Entries in one transaction, each also recorded as its task's latest; followers are woken once.
     public func append(contentsOf entries: [AuditEntry]) throws {
         try db.write { db in
             for var e in entries {
@@ -202,6 +189,8 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
                     """, arguments: [e.taskID, db.lastInsertedRowID, e.time])
             }
         }
+        // Followers (`bgtask log`) watch this file: it changes only after the commit is visible, unlike
+        // the WAL, whose frames are written before SQLite publishes the commit in its mmap'd index.
         let fd = open(changedPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         if fd >= 0 { close(fd) }
     }
