@@ -106,6 +106,8 @@ public struct TaskMachine: Sendable {
     public private(set) var expiredByUs = false
     var monitor: (at: Double, cpu: Double)?
     var monitorDue: Double?
+    /// The next instant a rule on the clock or the task's age can change (from the last step).
+    var timeWake: Double?
 
     public init(task: TaskFields, enqueuedAt: Double, limits: TaskLimits = .init()) {
         self.task = task
@@ -127,8 +129,10 @@ public struct TaskMachine: Sendable {
         case .waiting:
             if let n = lastDecision?.nextChangeAt { times.append(n) }
             if let m = limits.maxWait { times.append(enqueuedAt + m) }
+            if let t = timeWake { times.append(t) }
         case .running, .paused:
             if let n = lastDecision?.nextChangeAt { times.append(n) }
+            if let t = timeWake { times.append(t) }
             if let b = limits.budget, let s = startedAt { times.append(s + b) }
             if let m = monitorDue { times.append(m) }
         case .expiring(let killAt, let killed):
@@ -158,6 +162,7 @@ public struct TaskMachine: Sendable {
         lastDecision = d
         var actions = apply(d, now: now)
         actions += deadlines(now: now)
+        timeWake = nextTimeChange(evaluator.policy.time, now: now, time: evaluator.time)
         if case .running = phase, monitorDue == nil, limits.cpuMonitorPercent != nil, !task.cpuHeavy {
             monitorDue = now + limits.cpuMonitorInterval
         }
@@ -217,6 +222,29 @@ public struct TaskMachine: Sendable {
         default:
             return []
         }
+    }
+
+    /// The first instant after `now` at which a comparison of the clock or the task's age with a constant
+    /// can change its outcome (a millisecond past it, so `>` has flipped). nil when no rule reads them, or
+    /// reads them in a way that cannot be foreseen (`TimeDependence.opaque`: the caller looks each second).
+    func nextTimeChange(_ dep: TimeDependence, now: Double, time: TimeFields) -> Double? {
+        guard !dep.opaque else { return nil }
+        let eps = 0.001
+        var c: [Double] = []
+        switch phase {
+        case .waiting: c += dep.waited.map { enqueuedAt + $0 + eps }
+        case .running, .paused: if let s = startedAt { c += dep.running.map { s + $0 + eps } }
+        default: return nil
+        }
+        let sod = time.secondsSinceMidnight
+        if dep.readsHour { c.append(now + (3600 - sod.truncatingRemainder(dividingBy: 3600)) + eps) }
+        if dep.readsWeekday { c.append(now + (86_400 - sod) + eps) }
+        for l in dep.ofDay {
+            var d = (l - sod).truncatingRemainder(dividingBy: 86_400)
+            if d <= 0 { d += 86_400 }
+            c.append(now + d + eps)
+        }
+        return c.filter { $0 > now }.min()
     }
 
     /// Budgets, giving up, and the SIGKILL after a grace: what time alone decides.

@@ -83,8 +83,12 @@ extension Policy {
         /// Verdicts of the rules that read only a task's flags and kind, per task signature.
         var bySignature: [UInt16: (verdict: Verdict, candidates: [Int])] = [:]
 
+        /// The local time the evaluation sees.
+        public let time: TimeFields
+
         public init(policy: Policy, conditions: [String: PolicyValue], time: TimeFields) {
             self.policy = policy
+            self.time = time
             frame = Frame(shared: policy.sharedValues(conditions: conditions, time: time),
                           task: [PolicyValue](repeating: .null, count: policy.slots.taskNames.count))
         }

@@ -15,6 +15,9 @@ public struct Policy: Sendable {
     /// For each per-task rule, its `&&` parts that read no per-task value: one false part rules it out
     /// for every task with the same signature.
     let gates: [[Eval]]
+    /// How the rules read the clock and the task's age, so a scheduler can be woken at the instant a
+    /// rule can change rather than every second.
+    public let time: TimeDependence
 
     /// Layers later files over earlier ones: a rule with the same id replaces the earlier one where it
     /// stood; `enabled = false` removes it; settings override key by key.
@@ -48,7 +51,8 @@ public struct Policy: Sendable {
         let gates = perTask.map { r in r.conjuncts.filter { !$0.names.contains(where: perTaskNames.contains) }.map(\.eval) }
         return Policy(rules: rules, settings: settings, files: layers.map(\.path), history: history,
                       slots: Slots(schema: schema), schema: schema,
-                      bySignature: strictestFirst.filter { !readsPerTask($0) }, perTask: perTask, gates: gates)
+                      bySignature: strictestFirst.filter { !readsPerTask($0) }, perTask: perTask, gates: gates,
+                      time: TimeDependence(rules.map(\.expr)))
     }
 
     public static let empty = Policy.merge([])
@@ -130,4 +134,62 @@ extension Policy {
         return s
     }
 
+}
+
+/// Where the rules compare the clock or a task's age with a constant: the instants they can change.
+public struct TimeDependence: Sendable, Equatable {
+    static let names: Set<String> = ["task.waited", "task.waited_s", "task.running", "task.running_s",
+                                     "time.hour", "time.of_day", "time.weekday"]
+    /// Seconds each of task.waited, task.running and time.of_day is compared with.
+    public var waited: [Double] = []
+    public var running: [Double] = []
+    public var ofDay: [Double] = []
+    /// time.hour and time.weekday change on the hour and at midnight.
+    public var readsHour = false
+    public var readsWeekday = false
+    /// A use not of the form `name OP constant`: its change cannot be foreseen (callers look each second).
+    public var opaque = false
+
+    public var isEmpty: Bool { waited.isEmpty && running.isEmpty && ofDay.isEmpty && !readsHour && !readsWeekday && !opaque }
+
+    init(_ exprs: [Expr]) {
+        for e in exprs { collect(e) }
+    }
+
+    mutating func collect(_ e: Expr) {
+        switch e {
+        case .binary(let op, let a, let b, _) where Parser.comparisons.contains(op):
+            if case .name(let n, _) = a, TimeDependence.names.contains(n), let v = constant(b) { add(n, v) }
+            else if case .name(let n, _) = b, TimeDependence.names.contains(n), let v = constant(a) { add(n, v) }
+            else { collect(a); collect(b) }
+        case .binary(_, let a, let b, _): collect(a); collect(b)
+        case .not(let x, _), .negate(let x, _): collect(x)
+        case .list(let xs, _), .call(_, let xs, _): xs.forEach { collect($0) }
+        case .name(let n, _):
+            switch n {
+            case "time.hour": readsHour = true
+            case "time.weekday": readsWeekday = true
+            default: if TimeDependence.names.contains(n) { opaque = true }
+            }
+        case .literal: break
+        }
+    }
+
+    func constant(_ e: Expr) -> Double? {
+        switch e {
+        case .literal(.duration(let d), _), .literal(.number(let d), _): return d
+        default: return nil
+        }
+    }
+
+    mutating func add(_ name: String, _ v: Double) {
+        switch name {
+        case "task.waited", "task.waited_s": waited.append(v)
+        case "task.running", "task.running_s": running.append(v)
+        case "time.of_day": ofDay.append(v)
+        case "time.hour": readsHour = true
+        case "time.weekday": readsWeekday = true
+        default: opaque = true
+        }
+    }
 }

@@ -23,7 +23,7 @@ public final class Supervisor {
     var lastSaid = ""
     var dutyAt: Double?
     var spawnFailure: Int32?
-    /// Rules that read the clock or the task's age have no event: looked at each second, only if any exist.
+    /// Set only when a rule reads the clock or the task's age in a way the core cannot foresee: each second.
     var tickAt: Double?
 
     public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
@@ -33,8 +33,9 @@ public final class Supervisor {
         self.state = state
         self.enqueuedAt = enqueuedAt
         machine = TaskMachine(task: options.task, enqueuedAt: enqueuedAt, limits: options.limits(policy.settings))
-        let readsTime = policy.rules.contains { $0.names.contains { $0.hasPrefix("time.") || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
-        tickAt = readsTime ? enqueuedAt + 1 : nil
+        // The core foresees when `name OP constant` rules on the clock or the task's age change; only a
+        // use it cannot foresee needs a look each second.
+        tickAt = policy.time.opaque ? enqueuedAt + 1 : nil
     }
 
     public var isDone: Bool { spawnFailure != nil || machine.isDone }

@@ -310,3 +310,40 @@ struct ThermalReadTests {
         #expect(ThermalAnalysis.readInterval([], states: [:]) == nil)
     }
 }
+
+@Suite("Rules on the clock and the task's age wake the core at their instant, not every second")
+struct TimeRuleTests {
+    @Test("task.running > 5m pauses at 5 min; task.waited >= 2h starts at 2 h; nothing in between asks to be woken")
+    func ageRulesWakeAtTheirInstant() throws {
+        let p = try policy("""
+        [[rule]]
+        id = "long"
+        when = 'task.running > 5m'
+        verdict = "pause"
+        [[rule]]
+        id = "patience"
+        when = 'task.waited < 2h && task.id == "late"'
+        verdict = "defer"
+        """)
+        #expect(!p.time.opaque)
+        func ev() -> Policy.Evaluator { Policy.Evaluator(policy: p, conditions: [:], time: .midnightMonday) }
+        var late = TaskMachine(task: TaskFields(id: "late"), enqueuedAt: 100)
+        #expect(late.step(ev(), now: 100).1 == [])
+        #expect(abs((late.nextWake ?? 0) - (100 + 7200.001)) < 1e-6)
+        #expect(late.step(ev(), now: late.nextWake!).1 == [.start])
+        #expect(abs((late.nextWake ?? 0) - (late.startedAt! + 300.001)) < 1e-6)
+        #expect(late.step(ev(), now: late.nextWake!).1 == [.pause])
+    }
+
+    @Test("time.of_day and time.hour wake at the next boundary; a use that cannot be foreseen falls back to looking each second")
+    func clockRules() throws {
+        let p = try policy("[[rule]]\nid = \"night\"\nwhen = 'time.of_day < 7h || time.hour >= 22'\nverdict = \"defer\"\n")
+        var m = TaskMachine(task: TaskFields(id: "t"), enqueuedAt: 0)
+        let nine = TimeFields(hour: 21, secondsSinceMidnight: 21 * 3600 + 30 * 60, weekday: "mon")
+        _ = m.step(Policy.Evaluator(policy: p, conditions: [:], time: nine), now: 1000)
+        // 21:30: the hour turns at 22:00, 30 min away; 07:00 is further.
+        #expect(abs((m.nextWake ?? 0) - (1000 + 1800.001)) < 1e-6)
+        let opaque = try policy("[[rule]]\nid = \"x\"\nwhen = 'task.running_s > battery.percent'\nverdict = \"pause\"\n")
+        #expect(opaque.time.opaque)
+    }
+}
