@@ -155,10 +155,14 @@ func typecPowerRole(supplyPath: String, name: String) -> String? {
 
 extension DeviceReader {
     public func powerSupplies() -> [PowerSupply] {
-        devices(subsystem: "power_supply", attributes: PowerSupply.attributeNames).map { d in
-            let t = d.text("type")?.lowercased() ?? ""
-            let role = t.hasPrefix("usb") ? typecPowerRole(supplyPath: d.path, name: d.name) : nil
-            return PowerSupply(device: d, typecRole: role)
-        }
+        devicePaths(subsystem: "power_supply").map(powerSupply(at:))
+    }
+
+    /// One supply, by its sysfs path: what a `change` uevent needs re-read, and nothing else.
+    public func powerSupply(at path: String) -> PowerSupply {
+        let d = read(path: path, subsystem: "power_supply", attributes: PowerSupply.attributeNames)
+        let t = d.text("type")?.lowercased() ?? ""
+        let role = t.hasPrefix("usb") ? typecPowerRole(supplyPath: d.path, name: d.name) : nil
+        return PowerSupply(device: d, typecRole: role)
     }
 }

@@ -185,6 +185,8 @@ final class WatchEngine: @unchecked Sendable {
             if stopped.load(ordering: .relaxed) { break }
 
             var powerDirty = false, thermalDirty = false, netDirty = false, dbusDirty = false
+            // `change` events of supplies already known need no enumeration; add, remove, or an unknown one does.
+            var enumerateSupplies = false
             var overflowed = false
             var triggers: [String] = []
             if fds[0].revents != 0 {
@@ -205,7 +207,9 @@ final class WatchEngine: @unchecked Sendable {
                 }
                 for ev in events {
                     switch ev.subsystem {
-                    case "power_supply": powerDirty = true
+                    case "power_supply":
+                        powerDirty = true
+                        if ev.action != "change" || !supplies.contains(where: { $0.path == ev.path }) { enumerateSupplies = true }
                     case "thermal": thermalDirty = true
                     case "net": netDirty = true
                     default: break
@@ -224,13 +228,23 @@ final class WatchEngine: @unchecked Sendable {
                 }
             }
             // Lost events could have been about anything: read every source again.
-            if overflowed { powerDirty = true; thermalDirty = true; netDirty = true }
+            if overflowed { powerDirty = true; thermalDirty = true; netDirty = true; enumerateSupplies = true }
             if let t = nextThermal, at >= t {
                 thermalDirty = true
                 triggers.append("thermal poll")
             }
 
-            if powerDirty { supplies = reader.powerSupplies() }
+            if powerDirty {
+                if enumerateSupplies {
+                    supplies = reader.powerSupplies()
+                } else {
+                    // Without enumerating (libudev's scan was most of the cost), every known supply is read
+                    // again, not only the one in the event: a charger and its battery change together but
+                    // their uevents arrive apart, and reading one alone would report "discharging although
+                    // AC is online" in between.
+                    supplies = supplies.map { reader.powerSupply(at: $0.path) }
+                }
+            }
             if thermalDirty {
                 zones = reader.thermalZones(fallback: options.probe.thermal)
                 scheduleThermal()
