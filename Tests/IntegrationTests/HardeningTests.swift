@@ -362,6 +362,23 @@ struct HardeningTests {
         #expect(json.1.contains("\\u001b[2J"))
     }
 
+    @Test("a supply whose sysfs name carries an escape sequence is printed escaped by status")
+    func sysfsNamesAreEscaped() throws {
+        let tree = try FixtureTree(umockdev: """
+        P: /devices/LNXSYSTM:00/LNXSYBUS:00/PNP0C0A:00/power_supply/BAT\u{1b}[2J
+        E: SUBSYSTEM=power_supply
+        A: type=Battery\\n
+        A: present=1\\n
+        A: status=Discharging\\n
+        A: capacity=50\\n
+        """)
+        defer { tree.remove() }
+        let p = try PolicyEnv()
+        let r = try Child.run(Child.bgtaskPath, ["status", "-v"], environment: p.environment(preload: false, ["BGTASK_SYSFS_ROOT": tree.root.path]))
+        #expect(r.0 == 0, "\(r.2)")
+        #expect(!r.1.contains("\u{1b}") && r.1.contains("BAT\\x1b[2J"), "\(r.1)")
+    }
+
     @Test("a netlink overflow (ENOBUFS) makes the watcher read everything again and say so", .enabled(if: geteuid() == 0))
     func netlinkOverflowRereads() throws {
         // A network namespace of its own: 3,000 link changes on its loopback flood the watcher's socket
