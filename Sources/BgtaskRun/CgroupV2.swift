@@ -56,9 +56,11 @@ final class CgroupV2 {
         return own.map { (r, $0) }
     }
 
-    static func create(under base: String, name: String, pid: pid_t) -> CgroupV2? {
+    /// `weight`: `cpu.weight`, set before the process is moved in.
+    static func create(under base: String, name: String, pid: pid_t, weight: Int? = nil) -> CgroupV2? {
         let dir = base + "/" + name
         guard mkdir(dir, 0o755) == 0 || errno == EEXIST else { return nil }
+        if let w = weight { CgroupV1.write(dir + "/cpu.weight", String(w)) }
         guard CgroupV1.write(dir + "/cgroup.procs", "\(pid)") else { rmdir(dir); return nil }
         return CgroupV2(directory: dir)
     }

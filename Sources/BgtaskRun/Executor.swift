@@ -54,11 +54,15 @@ enum TaskCgroup {
         }
 
         /// After the spawn: the task's cgroup, with the child moved in; nil falls back to signals.
-        func create(for pid: pid_t, name: String) -> TaskCgroup? {
+        /// Background work gets the lowest CPU weight, so under contention it yields as SCHED_IDLE work
+        /// does with the signal mechanism: on both, a cap is a ceiling, not a guarantee.
+        func create(for pid: pid_t, name: String, background: Bool) -> TaskCgroup? {
             switch self {
             // Prefixed: the delegated cgroup may hold others' cgroups, and the sweep removes only bgtask's.
-            case .v2(let base): return CgroupV2.create(under: base, name: "bgtask-" + name, pid: pid).map(TaskCgroup.v2)
-            case .v1: return CgroupV1.create(name: name, pid: pid).map(TaskCgroup.v1)
+            case .v2(let base):
+                return CgroupV2.create(under: base, name: "bgtask-" + name, pid: pid, weight: background ? 1 : nil).map(TaskCgroup.v2)
+            case .v1:
+                return CgroupV1.create(name: name, pid: pid, shares: background ? 2 : nil).map(TaskCgroup.v1)
             case .none: return nil
             }
         }
@@ -103,7 +107,7 @@ public final class TaskProcess {
             _ = bgt_ioprio_idle(pid)
         }
         // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
-        let cg = plan.create(for: pid, name: cgroupName)
+        let cg = plan.create(for: pid, name: cgroupName, background: background)
         return TaskProcess(pid: pid, cgroups: cg)
     }
 
@@ -246,10 +250,12 @@ final class CgroupV1 {
         geteuid() == 0 && access(root + "/cpu/cpu.cfs_quota_us", W_OK) == 0 && access(root + "/freezer/cgroup.procs", W_OK) == 0
     }
 
-    static func create(name: String, pid: pid_t) -> CgroupV1? {
+    /// `shares`: the CPU weight, set before the process is moved in.
+    static func create(name: String, pid: pid_t, shares: Int? = nil) -> CgroupV1? {
         guard available() else { return nil }
         let cpu = root + "/cpu/bgtask/" + name, freezer = root + "/freezer/bgtask/" + name
         for d in [root + "/cpu/bgtask", root + "/freezer/bgtask", cpu, freezer] { mkdir(d, 0o755) }
+        if let s = shares { write(cpu + "/cpu.shares", String(s)) }
         guard write(cpu + "/cgroup.procs", "\(pid)"), write(freezer + "/cgroup.procs", "\(pid)") else {
             rmdir(cpu); rmdir(freezer)
             return nil

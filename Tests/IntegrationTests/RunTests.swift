@@ -247,6 +247,20 @@ struct RunCommandTests {
         #expect(share >= 0.20 && share <= 0.30, "\(mechanism): got \(share)")
     }
 
+    @Test("background work in a cgroup gets the lowest CPU weight (it yields like SCHED_IDLE work); user-initiated work the default",
+          .enabled(if: capMechanisms.contains("cgroup")))
+    func backgroundCgroupYields() throws {
+        let p = try PolicyEnv()
+        let env = p.environment(preload: false, ["BGTASK_CAP_MECHANISM": "cgroup-v1"])
+        // The command waits until bgtask has moved it into its cgroup (there is no event for that; the gap
+        // between spawn and move is documented), then reads the cgroup's weight, set before the move.
+        let script = "while ! grep -q ':cpu:/bgtask/' /proc/self/cgroup; do :; done; cat /sys/fs/cgroup/cpu$(sed -n 's/^[0-9]*:cpu:\\(.*\\)$/\\1/p' /proc/self/cgroup)/cpu.shares"
+        let bg = try Child.run(Child.bgtaskPath, ["run", "--id", "bgw", "--", "sh", "-c", script], environment: env)
+        #expect(bg.0 == 0 && bg.1.trimmingCharacters(in: .whitespacesAndNewlines) == "2", "\(bg.1) \(bg.2)")
+        let fg = try Child.run(Child.bgtaskPath, ["run", "--id", "fgw", "--user-initiated", "--", "sh", "-c", script], environment: env)
+        #expect(fg.0 == 0 && fg.1.trimmingCharacters(in: .whitespacesAndNewlines) == "1024", "\(fg.1) \(fg.2)")
+    }
+
     @Test("bad input: each a clear message and its documented exit code")
     func badInput() throws {
         let p = try PolicyEnv()
