@@ -126,10 +126,12 @@ extension UmockdevIntegrationTests {
         """)
         let tb = Testbed()
         let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "dying", "--budget", "1s", "--", "sh", "-c", "trap '' TERM; while :; do :; done"],
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "dying", "--budget", "2s", "--", "sh", "-c",
+                                               "trap '' TERM; echo ready; while :; do :; done"],
                             environment: p.environment(preload: true))
         defer { run.stop() }
         let started = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        _ = try #require(run.line(within: 10) { $0 == "ready" }, "the command never set its trap: \(run.stderr)")
         let pid = try #require(startedPID(started))
         defer { kill(-pid, SIGKILL) }
         _ = try #require(run.errorLine(within: 5) { $0.contains("budget used up") }, "\(run.stderr)")
