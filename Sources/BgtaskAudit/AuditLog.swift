@@ -266,11 +266,8 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
 
 func json(_ v: PolicyValue) -> JSONValue { ConditionConversion.json(v) }
 
-public func wallClock() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}
+/// Seconds since the epoch (the one clock of the trail: Core's).
+public func wallClock() -> Double { wallClockNow() }
 
 extension AuditEntry {
     /// As `why --json` and `log --json` print it.

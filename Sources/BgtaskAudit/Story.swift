@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskCore
 import BgtaskJSON
 
 /// A run's audit entries told in plain words: what it waited for and which rule (file:line) said so,
@@ -25,13 +26,7 @@ public enum Story {
         return "\(r.reason) — rule \(r.id) (\(r.origin))"
     }
 
-    public static func clock(_ t: Double) -> String {
-        var secs = time_t(t)
-        var tm = tm()
-        localtime_r(&secs, &tm)
-        func p(_ v: Int32) -> String { v < 10 ? "0\(v)" : String(v) }
-        return "\(p(tm.tm_hour)):\(p(tm.tm_min)):\(p(tm.tm_sec))"
-    }
+    public static func clock(_ t: Double) -> String { clockText(t) }
 
     public static func human(_ seconds: Double) -> String {
         var s = Int(seconds.rounded())
@@ -99,7 +94,7 @@ public enum Story {
             }
         }
         if !reasons.isEmpty {
-            out.append("\(task) has waited \(human(wallClock() - first.time)) so far: " + reasons.joined(separator: "; then ") + ".")
+            out.append("\(task) has waited \(human(wallClockNow() - first.time)) so far: " + reasons.joined(separator: "; then ") + ".")
         }
         return out.joined(separator: " ")
     }

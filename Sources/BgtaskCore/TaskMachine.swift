@@ -104,6 +104,8 @@ public struct TaskMachine: Sendable {
     public private(set) var startedAt: Double?
     /// Expired by bgtask (a verdict or the budget), so its end is EX_TEMPFAIL whatever the command said.
     public private(set) var expiredByUs = false
+    /// The signal that ended the wait, if one did (the run then exits 128+N).
+    var interruptedBy: Int32?
     var monitor: (at: Double, cpu: Double)?
     var monitorDue: Double?
     /// The next instant a rule on the clock or the task's age can change (from the last step).
@@ -150,7 +152,7 @@ public struct TaskMachine: Sendable {
     public var exitStatus: Int32? {
         switch phase {
         case .finished(let s): return expiredByUs ? 75 : s
-        case .gaveUp(let r): return r.hasPrefix("signal ") ? Int32(r.dropFirst(7).prefix { $0.isNumber }).map { 128 + $0 } ?? 75 : 75
+        case .gaveUp: return interruptedBy.map { 128 + $0 } ?? 75
         default: return nil
         }
     }
@@ -200,6 +202,7 @@ public struct TaskMachine: Sendable {
     public mutating func signal(_ sig: Int32, terminating: Bool) -> [TaskAction] {
         switch phase {
         case .waiting:
+            interruptedBy = sig
             phase = .gaveUp(reason: "signal \(sig) while waiting")
             return [.giveUp(reason: "signal \(sig) while waiting")]
         case .running, .paused, .expiring:

@@ -20,6 +20,7 @@ public final class EventLoop {
     /// The poll interval the watcher was started with: the shortest the loop will ask for.
     let thermalMinimumMs: Int32?
     var thermalAsked: Int32?
+    var lastPhases: [String] = []
 
     public struct SetupError: Error, CustomStringConvertible {
         public var description: String
@@ -81,7 +82,12 @@ public final class EventLoop {
             for s in supervisors where !s.isDone {
                 if let d = s.nextDeadline, now >= d { s.timersDue(now: now) }
             }
-            adjustThermalReads(supervisors)
+            // Only when something it depends on may have changed: not on each tick of a signal duty cycle.
+            let phases = supervisors.map(\.machine.phase.name)
+            if fds[0].revents != 0 || phases != lastPhases {
+                lastPhases = phases
+                adjustThermalReads(supervisors)
+            }
         }
     }
 

@@ -31,7 +31,7 @@ extension Bgtask.PolicyCommand {
             let t = try TaskSpec.parse(task)
             let policy = try layers.load().policy
             let values = try ConditionSource.read(conditions, probe: probe, settings: policy.settings)
-            let evaluator = Policy.Evaluator(policy: policy, conditions: values, time: ConditionValues.localTime(ConditionValues.now()))
+            let evaluator = Policy.Evaluator(policy: policy, conditions: values, time: localTime())
             let (decision, rules) = evaluator.explain(t)
             if json {
                 print(ExplainOutput.json(decision, rules).rendered)
@@ -45,7 +45,7 @@ extension Bgtask.PolicyCommand {
 enum ConditionSource {
     static func read(_ source: String, probe: ProbeOptionsGroup, settings: PolicySettings) throws -> [String: PolicyValue] {
         if source == "live" {
-            return ConditionValues.from(Prober(options: probe.probeOptions.applying(settings)).snapshot().conditions)
+            return ConditionConversion.values(Prober(options: probe.probeOptions.applying(settings)).snapshot().conditions)
         }
         let text: String
         switch PolicyLayers.readText(source) {
@@ -61,7 +61,7 @@ enum ConditionSource {
             guard !pairs.isEmpty else {
                 throw ValidationError("--conditions \(source): no condition names in it (expected `bgtask status --json` output or a `watch --record` line)")
             }
-            return ConditionValues.from(pairs)
+            return ConditionConversion.values(pairs)
         } catch let e as JSONParseError {
             throw ValidationError("--conditions \(source): not JSON: \(e)")
         }

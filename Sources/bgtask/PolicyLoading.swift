@@ -50,16 +50,5 @@ enum TaskSpec {
 }
 
 
-enum ConditionValues {
-    static func from(_ pairs: [(String, JSONValue)]) -> [String: PolicyValue] { ConditionConversion.values(pairs) }
-
-    static func localTime(_ epoch: Double) -> TimeFields { BgtaskCore.localTime(epoch) }
-
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-}
 
 

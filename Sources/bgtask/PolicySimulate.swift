@@ -49,7 +49,7 @@ extension Bgtask.PolicyCommand {
             let limits = TaskLimits.from(settings: policy.settings, task: t, budget: budget.flatMap(parseDuration),
                                          maxWait: maxWait.flatMap(parseDuration), noWait: noWait, cpuMonitor: false)
             let events = Simulation.run(policy: policy, task: t, records: records, limits: limits,
-                                        time: ConditionValues.localTime, label: clockText)
+                                        time: { localTime($0) }, label: clockText)
             for e in events {
                 print(json ? e.json.rendered : Terminal.safe(e.text, keepNewlines: true))
             }
