@@ -5,6 +5,7 @@ let package = Package(
     name: "bgtask",
     products: [
         .executable(name: "bgtask", targets: ["bgtask"]),
+        .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .library(name: "BgtaskProbes", targets: ["BgtaskProbes"]),
     ],
     dependencies: [
@@ -22,6 +23,10 @@ let package = Package(
         // Test-only: builds umockdev testbeds in-process so tests can send uevents.
         .systemLibrary(name: "CUMockdev", path: "Sources/CUMockdev", pkgConfig: "umockdev-1.0",
                        providers: [.apt(["libumockdev-dev"])]),
+
+        // GDBus and the GLib main loop (glib-unix.h for file-descriptor sources).
+        .systemLibrary(name: "CGio", path: "Sources/CGio", pkgConfig: "gio-unix-2.0",
+                       providers: [.apt(["libglib2.0-dev"])]),
 
         // Linux calls the Glibc overlay does not import (pipe2, netlink).
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
@@ -50,8 +55,21 @@ let package = Package(
         .target(name: "BgtaskAudit", dependencies: ["BgtaskCore", "BgtaskPolicy", "BgtaskJSON", "BgtaskConfig",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
+        // The D-Bus side: typed values, a connection, exported objects, the GLib main loop.
+        .target(name: "BgtaskBus", dependencies: ["CGio"]),
+
+        // The daemon's queue in SQLite: pending and running requests, schedules, retries.
+        .target(name: "BgtaskQueue", dependencies: ["BgtaskConfig", "BgtaskJSON", "BgtaskPolicy",
+                                                    .product(name: "GRDB", package: "GRDB.swift")]),
+
+        // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
+        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
+                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
+        .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes",
+                                                          .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+
         .executableTarget(name: "bgtask", dependencies: [
-            "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
+            "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
@@ -66,6 +84,7 @@ let package = Package(
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

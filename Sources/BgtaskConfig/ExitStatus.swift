@@ -39,3 +39,6 @@ public enum Terminal {
         return out
     }
 }
+
+/// The version `bgtask --version`, `bgtaskd --version` and the daemon's GetStatus report.
+public let bgtaskVersion = "0.2.0"

@@ -37,3 +37,24 @@ public enum StatePaths {
 
     public static let auditFile = "audit.sqlite"
 }
+
+extension StatePaths {
+    /// A file or cgroup name for any task identifier (which may hold '/', spaces or non-ASCII): the
+    /// identifier's letters, digits, '.', '_' and '-' (at most 64), then a hash of the whole identifier,
+    /// so two identifiers never share a name.
+    public static func safeName(_ id: String) -> String {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in id.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        let kept = id.unicodeScalars.filter { u in
+            (u >= "a" && u <= "z") || (u >= "A" && u <= "Z") || (u >= "0" && u <= "9") || u == "." || u == "_" || u == "-"
+        }
+        var prefix = String(String.UnicodeScalarView(kept.prefix(64)))
+        while prefix.hasPrefix(".") { prefix.removeFirst() }
+        return (prefix.isEmpty ? "task" : prefix) + "-" + String(h, radix: 16)
+    }
+
+    /// Where bgtaskd keeps the last run's stdout and stderr of a task (the previous run's in `.1`).
+    public static func outputFile(stateDirectory: String, id: String) -> String {
+        stateDirectory + "/output/" + safeName(id) + ".log"
+    }
+}

@@ -66,6 +66,8 @@ public struct TaskLimits: Sendable, Equatable {
     public var cpuMonitorPercent: Double?
     /// How often the monitor samples while it matters.
     public var cpuMonitorInterval = 1.0
+    /// Not started before this instant (Apple's `earliestBeginDate`: a floor, not a time), on the machine's clock.
+    public var earliest: Double?
 
     public init(budget: Double? = nil, maxWait: Double? = nil, noWait: Bool = false, expireGrace: Double = 10,
                 cpuMonitorPercent: Double? = nil) {
@@ -110,6 +112,18 @@ public struct TaskMachine: Sendable {
     var monitorDue: Double?
     /// The next instant a rule on the clock or the task's age can change (from the last step).
     var timeWake: Double?
+    /// Why the policy's "run" did not start it at the last step, if something outside the policy held it back.
+    public private(set) var startBlock: StartBlock?
+    /// Started by `bgtask debug launch`, whatever the policy said.
+    public private(set) var forced = false
+
+    /// What keeps a task the policy would start from starting.
+    public enum StartBlock: Sendable, Equatable {
+        /// Its earliest begin date has not come.
+        case earliest(Double)
+        /// Every slot the scheduler has for work like it is taken (`daemon.max_running`…).
+        case noSlot(String)
+    }
 
     public init(task: TaskFields, enqueuedAt: Double, limits: TaskLimits = .init()) {
         self.task = task
@@ -132,6 +146,7 @@ public struct TaskMachine: Sendable {
             if let n = lastDecision?.nextChangeAt { times.append(n) }
             if let m = limits.maxWait { times.append(enqueuedAt + m) }
             if let t = timeWake { times.append(t) }
+            if let e = limits.earliest, case .earliest? = startBlock { times.append(e) }
         case .running, .paused:
             if let n = lastDecision?.nextChangeAt { times.append(n) }
             if let t = timeWake { times.append(t) }
@@ -158,11 +173,17 @@ public struct TaskMachine: Sendable {
     }
 
     /// Evaluates the policy at `now` (new conditions, or the clock reaching `nextWake`) and returns what must change.
-    public mutating func step(_ evaluator: Policy.Evaluator, now: Double) -> (Decision, [TaskAction]) {
+    /// `slot` is the scheduler's answer to "may one more task like this start now?": nil yes, else why not.
+    public mutating func step(_ evaluator: Policy.Evaluator, now: Double, slot: String? = nil) -> (Decision, [TaskAction]) {
         if let s = startedAt { task.running = max(0, now - s) } else { task.waited = max(0, now - enqueuedAt) }
         let d = evaluator.decide(task, now: now, hold: &hold)
         lastDecision = d
-        var actions = apply(d, now: now)
+        startBlock = nil
+        if phase == .waiting, d.verdict == .run || d.verdict == .throttle {
+            if let e = limits.earliest, now < e { startBlock = .earliest(e) }
+            else if let why = slot { startBlock = .noSlot(why) }
+        }
+        var actions = startBlock == nil ? apply(d, now: now) : []
         actions += deadlines(now: now)
         timeWake = nextTimeChange(evaluator.policy.time, now: now, time: evaluator.time)
         if case .running = phase, monitorDue == nil, limits.cpuMonitorPercent != nil, !task.cpuHeavy {
@@ -213,6 +234,14 @@ public struct TaskMachine: Sendable {
         }
     }
 
+    /// Starts a waiting task now whatever the policy says (`bgtask debug launch`); the policy governs it from
+    /// the next step on, as it does any running task.
+    public mutating func launchNow(now: Double) -> [TaskAction] {
+        guard phase == .waiting else { return [] }
+        phase = .running(cpuCap: nil); startedAt = now; task.running = 0; forced = true; startBlock = nil
+        return [.start]
+    }
+
     /// Expiry from outside the policy (the user, the daemon's debug command): SIGTERM, the grace, SIGKILL.
     public mutating func expire(now: Double, grace: Double? = nil) -> [TaskAction] {
         switch phase {
@@ -254,7 +283,7 @@ public struct TaskMachine: Sendable {
     mutating func deadlines(now: Double) -> [TaskAction] {
         switch phase {
         case .waiting:
-            if limits.noWait, let d = lastDecision, d.verdict != .run, d.verdict != .throttle {
+            if limits.noWait, let d = lastDecision, (d.verdict != .run && d.verdict != .throttle) || startBlock != nil {
                 phase = .gaveUp(reason: "--no-wait")
                 return [.giveUp(reason: "--no-wait")]
             }

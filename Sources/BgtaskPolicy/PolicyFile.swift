@@ -113,10 +113,11 @@ public struct PolicyFile: Sendable {
                 let v = t[key]!
                 switch expected {
                 case .number:
-                    if let n = v.double ?? v.int.map(Double.init), n.isFinite, n >= 0, n <= (name.hasSuffix("_percent") ? 100 : 200) {
+                    let top = name.hasSuffix("_percent") ? 100 : (PolicySettings.maxNumber[name] ?? 200)
+                    if let n = v.double ?? v.int.map(Double.init), n.isFinite, n >= 0, n <= top {
                         settings[name] = (.number(n), loc)
                     } else {
-                        errors.append(src.error("\(key) must be a number\(name.hasSuffix("_percent") ? " from 0 to 100" : " from 0 to 200")", line: at.line, column: at.column))
+                        errors.append(src.error("\(key) must be a number from 0 to \(Int(top))", line: at.line, column: at.column))
                     }
                 case .duration:
                     let limit = PolicySettings.maxDuration[name] ?? 86_400

@@ -53,41 +53,72 @@ public final class EventLoop {
         close(sigfd)
     }
 
-    /// Runs until every supervisor is done.
+    /// Runs until every supervisor is done (`bgtask run`: signals go to the supervisors).
     public func run(_ supervisors: [Supervisor]) {
         while !supervisors.allSatisfy(\.isDone) {
             let now0 = monotonic()
-            let deadline = supervisors.filter { !$0.isDone }.compactMap(\.nextDeadline).min()
-            let timeout: Int32 = deadline.map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
+            let timeout: Int32 = nextDeadline(supervisors).map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
             var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
             _ = poll(&fds, nfds_t(fds.count), timeout)
             let now = monotonic()
-
             if fds[1].revents != 0 {
-                var sig = bgt_signalfd_read(sigfd)
-                while sig != 0 {
+                for sig in readSignals() {
                     if sig == SIGCHLD { reap(supervisors) } else {
                         for s in supervisors where !s.isDone { s.signal(sig, now: now) }
                     }
-                    sig = bgt_signalfd_read(sigfd)
                 }
             }
-            if fds[0].revents != 0 {
-                wake.drain()
-                if let snap = latest.value.withLock({ $0 }) {
-                    let values = ConditionConversion.values(snap.conditions)
-                    for s in supervisors where !s.isDone { s.conditionsChanged(values, now: now) }
-                }
+            var changed = false
+            if fds[0].revents != 0, let values = takeConditions() {
+                changed = true
+                for s in supervisors where !s.isDone { s.conditionsChanged(values, now: now) }
             }
-            for s in supervisors where !s.isDone {
-                if let d = s.nextDeadline, now >= d { s.timersDue(now: now) }
-            }
-            // Only when something it depends on may have changed: not on each tick of a signal duty cycle.
-            let phases = supervisors.map(\.machine.phase.name)
-            if fds[0].revents != 0 || phases != lastPhases {
-                lastPhases = phases
-                adjustThermalReads(supervisors)
-            }
+            timersDue(supervisors, now: now)
+            afterEvents(supervisors, conditionsChanged: changed)
+        }
+    }
+
+    /// The descriptors a loop must watch: the watcher's wake pipe and the signalfd.
+    public var wakeFD: Int32 { wake.readFD }
+    public var signalFD: Int32 { sigfd }
+
+    /// The earliest instant any live supervisor must be woken, on the monotonic clock.
+    public func nextDeadline(_ supervisors: [Supervisor]) -> Double? {
+        supervisors.filter { !$0.isDone }.compactMap(\.nextDeadline).min()
+    }
+
+    /// Every signal waiting on the signalfd.
+    public func readSignals() -> [Int32] {
+        var out: [Int32] = []
+        var sig = bgt_signalfd_read(sigfd)
+        while sig != 0 { out.append(sig); sig = bgt_signalfd_read(sigfd) }
+        return out
+    }
+
+    /// The newest readings, once the wake pipe said there are new ones (drains it).
+    public func takeConditions() -> [String: PolicyValue]? {
+        wake.drain()
+        return latest.value.withLock({ $0 }).map { ConditionConversion.values($0.conditions) }
+    }
+
+    /// The readings as last delivered (nil before the first).
+    public var currentConditions: [String: PolicyValue]? {
+        latest.value.withLock({ $0 }).map { ConditionConversion.values($0.conditions) }
+    }
+
+    public func timersDue(_ supervisors: [Supervisor], now: Double) {
+        for s in supervisors where !s.isDone {
+            if let d = s.nextDeadline, now >= d { s.timersDue(now: now) }
+        }
+    }
+
+    /// After a round of events: re-decides how often zones are read, only when something it depends on
+    /// may have changed (not on each tick of a signal duty cycle).
+    public func afterEvents(_ supervisors: [Supervisor], conditionsChanged: Bool) {
+        let phases = supervisors.map(\.machine.phase.name)
+        if conditionsChanged || phases != lastPhases {
+            lastPhases = phases
+            adjustThermalReads(supervisors)
         }
     }
 
@@ -105,7 +136,7 @@ public final class EventLoop {
     }
 
     /// Reaps every exited child that belongs to a supervisor (others are left to whoever started them).
-    func reap(_ supervisors: [Supervisor]) {
+    public func reap(_ supervisors: [Supervisor]) {
         for s in supervisors where !s.isDone {
             guard let pid = s.pid else { continue }
             var status: Int32 = 0

@@ -92,15 +92,30 @@ public final class TaskProcess {
     var feedback: (wall: Double, cpu: Double)?
 
     /// Spawns in a new process group; background work gets SCHED_IDLE, nice 10 and the idle I/O class.
-    public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil) throws -> TaskProcess {
+    /// `output`: a file for stdout and stderr (appended to, created 0600, not followed if a link), stdin from /dev/null.
+    public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil,
+                             output: String? = nil, directory: String? = nil, environment: [String] = []) throws -> TaskProcess {
         let cargv = argv.map { strdup($0) } + [nil]
         var env: [UnsafeMutablePointer<CChar>?] = []
         var e = environ
-        while let p = e.pointee { env.append(strdup(p)); e += 1 }
+        let overridden = Set(environment.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
+        while let p = e.pointee {
+            let name = String(cString: p).split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
+            if !overridden.contains(name) { env.append(strdup(p)) }
+            e += 1
+        }
+        env += environment.map { strdup($0) }
         env.append(nil)
         defer { (cargv + env).forEach { free($0) } }
+        var outFD: Int32 = -1
+        if let path = output {
+            outFD = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            guard outFD >= 0 else { throw SpawnError(command: path, errno: errno) }
+        }
+        defer { if outFD >= 0 { close(outFD) } }
         let plan = TaskCgroup.Plan.choose(prefer: prefer)
-        let pid = bgt_spawn(cargv, env, background ? 1 : 0)
+        let pid = directory.map { d in d.withCString { bgt_spawn(cargv, env, background ? 1 : 0, outFD, $0) } }
+            ?? bgt_spawn(cargv, env, background ? 1 : 0, outFD, nil)
         guard pid > 0 else { throw SpawnError(command: argv[0], errno: -pid) }
         if background {
             _ = bgt_nice_group(pid, 10)
@@ -292,5 +307,31 @@ final class CgroupV1 {
         guard fd >= 0 else { return false }
         defer { close(fd) }
         return Glibc.write(fd, value, value.utf8.count) == value.utf8.count
+    }
+}
+
+/// A task's kept output: the last run's, and the one before it.
+public enum OutputFile {
+    /// At most this much of a finished run's output is kept (its end).
+    public static let maxBytes = 1 << 20
+
+    /// Before a run: the previous run's output becomes `PATH.1` (replacing an older one).
+    public static func rotate(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return }
+        if st.st_size > off_t(maxBytes) { keepTail(path, size: st.st_size) }
+        rename(path, path + ".1")
+    }
+
+    /// Keeps the last `maxBytes` of a file, in place.
+    public static func keepTail(_ path: String, size: off_t) {
+        let fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var buf = [UInt8](repeating: 0, count: maxBytes)
+        let n = pread(fd, &buf, maxBytes, size - off_t(maxBytes))
+        guard n > 0 else { return }
+        _ = pwrite(fd, buf, n, 0)
+        _ = ftruncate(fd, off_t(n))
     }
 }

@@ -20,10 +20,20 @@ public struct RunOptions: Sendable {
     public var mechanism: CapMechanism?
     /// The audit trail's name for this run, also kept in the crash-recovery record.
     public var runID = ""
+    /// Where the command's stdout and stderr go (the daemon keeps them per task); nil: inherited.
+    public var outputPath: String?
+    /// The command's working directory; nil: inherited.
+    public var workingDirectory: String?
+    /// Extra environment for the command (NAME=value), on top of the supervisor's own.
+    public var environment: [String] = []
+    /// Not before this instant, on the monotonic clock (the daemon's `--earliest`).
+    public var earliest: Double?
 
     /// The core's limits for this task: the command line's on top of the policy's settings.
     public func limits(_ settings: PolicySettings) -> TaskLimits {
-        TaskLimits.from(settings: settings, task: task, budget: budget, maxWait: maxWait, noWait: noWait, cpuMonitor: cpuMonitor)
+        var l = TaskLimits.from(settings: settings, task: task, budget: budget, maxWait: maxWait, noWait: noWait, cpuMonitor: cpuMonitor)
+        l.earliest = earliest
+        return l
     }
 
     public init(argv: [String], task: TaskFields, probe: ProbeOptions) {
@@ -59,7 +69,7 @@ public final class Runner {
     }
 }
 
-func monotonic() -> Double {
+public func monotonic() -> Double {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9

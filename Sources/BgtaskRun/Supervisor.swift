@@ -25,6 +25,16 @@ public final class Supervisor {
     var spawnFailure: Int32?
     /// Set only when a rule reads the clock or the task's age in a way the core cannot foresee: each second.
     var tickAt: Double?
+    /// The scheduler's gate (the daemon's limits): nil lets one more task like this start, else why not.
+    public var slot: ((TaskFields) -> String?)?
+    /// Told after each event is recorded (the daemon keeps its queue in step).
+    public var onEvent: ((Supervisor, RunEvent.Kind) -> Void)?
+    /// What its messages on stderr start with.
+    public var speaker = "bgtask"
+    /// Why it waits, as last said (the rule and its file:line, or what held back a start the policy allowed).
+    public private(set) var waitingReason = ""
+    /// The decision behind `waitingReason`.
+    public private(set) var waitingDecision: Decision?
 
     public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
         self.options = options
@@ -41,6 +51,12 @@ public final class Supervisor {
     public var isDone: Bool { spawnFailure != nil || machine.isDone }
     /// The process group it runs, once started (for reaping).
     public var pid: pid_t? { process?.pid }
+    /// The process it runs, once started.
+    public var taskProcess: TaskProcess? { process }
+    public var id: String { options.task.id }
+    public var runOptions: RunOptions { options }
+    /// When it was started, on the monotonic clock.
+    public var startedAt: Double? { machine.startedAt }
 
     /// When it must be woken even if nothing happens.
     public var nextDeadline: Double? { [machine.nextWake, dutyAt, tickAt, machine.cpuSampleDue].compactMap { $0 }.min() }
@@ -53,7 +69,7 @@ public final class Supervisor {
     }
 
     func say(_ s: String) {
-        if !options.quiet { fputs(Terminal.safe("bgtask: \(options.task.id): \(s)") + "\n", stderr) }
+        if !options.quiet { fputs(Terminal.safe("\(speaker): \(options.task.id): \(s)") + "\n", stderr) }
     }
 
     func stateName() -> String {
@@ -70,6 +86,7 @@ public final class Supervisor {
         if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
         observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
                                   conditions: conditions ?? [:], exitStatus: status), task: machine.task)
+        onEvent?(self, kind)
     }
 
     func explain(_ d: Decision?) -> String {
@@ -119,6 +136,10 @@ public final class Supervisor {
 
     /// Its command exited with this wait status.
     public func childExited(waitStatus status: Int32) {
+        if let out = options.outputPath {
+            var st = stat()
+            if lstat(out, &st) == 0, st.st_size > off_t(OutputFile.maxBytes) { OutputFile.keepTail(out, size: st.st_size) }
+        }
         let code = exitCode(status)
         machine.exited(status: code)
         let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
@@ -132,9 +153,16 @@ public final class Supervisor {
         // Holds say when they let go as a time of day, not as a monotonic instant.
         evaluator.timeLabel = { t, now in clockText(wallClockNow() + (t - now)) }
         let wasWaiting = machine.phase == .waiting
-        let (d, actions) = machine.step(evaluator, now: now)
-        if wasWaiting, d.verdict != .run, d.verdict != .throttle {
-            let text = explain(d)
+        let (d, actions) = machine.step(evaluator, now: now, slot: machine.phase == .waiting ? slot?(machine.task) : nil)
+        if wasWaiting, machine.startBlock != nil || (d.verdict != .run && d.verdict != .throttle) {
+            let text: String
+            switch machine.startBlock {
+            case .earliest(let e)?: text = "not before \(clockText(wallClockNow() + (e - now))) (its earliest begin date); the policy would run it now"
+            case .noSlot(let why)?: text = "\(why); the policy would run it now"
+            case nil: text = explain(d)
+            }
+            waitingReason = text
+            waitingDecision = d
             if text != lastSaid {
                 lastSaid = text
                 record(.deferred, text, decision: d)
@@ -144,19 +172,42 @@ public final class Supervisor {
         perform(actions, d, now: now)
     }
 
+    /// Re-evaluates now (the daemon: a slot came free, the policy was reloaded, the machine resumed).
+    public func reevaluate(now: Double) { evaluate(now: now) }
+
+    /// Starts it now whatever the policy says (`bgtask debug launch`); recorded as such.
+    public func launchNow(now: Double) {
+        let actions = machine.launchNow(now: now)
+        perform(actions, nil, now: now, note: "launched by bgtask debug launch, whatever the conditions")
+    }
+
+    /// Expires it now (`bgtask debug expire`, `bgtask cancel` of a running task): SIGTERM, the grace, SIGKILL.
+    public func expireNow(now: Double, why: String) {
+        let actions = machine.expire(now: now)
+        guard !actions.isEmpty else { return }
+        process?.thawForSignal()
+        process?.signal(SIGTERM)
+        dutyAt = nil
+        record(.expired, "\(why); SIGTERM, grace \(formatDuration(machine.limits.expireGrace))")
+        say("expired (\(why)); SIGTERM, SIGKILL in \(formatDuration(machine.limits.expireGrace))")
+    }
+
     /// Carries out the core's actions on the process; what is done is recorded, then said.
-    func perform(_ actions: [TaskAction], _ d: Decision?, now: Double) {
+    func perform(_ actions: [TaskAction], _ d: Decision?, now: Double, note: String? = nil) {
         for a in actions {
             switch a {
             case .start:
+                if let out = options.outputPath { OutputFile.rotate(out) }
                 do {
                     let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
-                                                  cgroupName: "\(options.task.id)-\(getpid())", prefer: options.mechanism)
+                                                  cgroupName: "\(StatePaths.safeName(options.task.id))-\(getpid())", prefer: options.mechanism,
+                                                  output: options.outputPath, directory: options.workingDirectory,
+                                                  environment: options.environment)
                     process = p
                     state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
                                    grace: machine.limits.expireGrace)
                     let waited = now - enqueuedAt
-                    record(.started, "pid \(p.pid), waited \(formatDuration(waited))", decision: d)
+                    record(.started, "pid \(p.pid), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                     say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
                 } catch let e as SpawnError {
                     record(.failed, e.description, status: e.exitCode)

@@ -66,7 +66,16 @@ static inline int bgt_signalfd_read(int fd) {
 /* Spawns argv[0] (searched in PATH) in a new process group with the signal mask and dispositions
  * reset; with idle != 0, then moved to the SCHED_IDLE class (glibc's posix_spawnattr_setschedpolicy
  * accepts only OTHER, FIFO and RR, so the parent sets it right after the spawn). Returns the pid or -errno. */
-static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) {
+/* out_fd >= 0: the child's stdout and stderr (and stdin from /dev/null); dir: its working directory. */
+static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle, int out_fd, const char *dir) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out_fd >= 0) {
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+    }
+    if (dir != NULL) posix_spawn_file_actions_addchdir_np(&fa, dir);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     sigset_t none, all;
@@ -77,8 +86,9 @@ static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle) 
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid = -1;
-    int rc = posix_spawnp(&pid, argv[0], NULL, &attr, argv, envp);
+    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return -rc;
     if (idle) {
         struct sched_param sp = { .sched_priority = 0 };

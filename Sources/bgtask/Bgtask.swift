@@ -11,8 +11,9 @@ struct Bgtask: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bgtask",
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
-        version: "0.1.0",
-        subcommands: [Run.self, Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self])
+        version: bgtaskVersion,
+        subcommands: [Run.self, Submit.self, Pending.self, Tasks.self, Cancel.self, Output.self, Debug.self,
+                      Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self])
 
     static func main() {
         // Lines go to pipes (scripts, tests): flush each one.
@@ -22,7 +23,7 @@ struct Bgtask: ParsableCommand {
         do {
             var args = Array(CommandLine.arguments.dropFirst())
             // `run … -- COMMAND ARGS…`: the command is handed over whole, not parsed argument by argument.
-            if args.first == "run", let dd = args.firstIndex(of: "--"), dd + 1 < args.count {
+            if args.first == "run" || args.first == "submit", let dd = args.firstIndex(of: "--"), dd + 1 < args.count {
                 Run.fullCommand = Array(args[(dd + 1)...])
                 args = Array(args[...dd]) + [args[dd + 1]]
             }

@@ -67,16 +67,3 @@ enum ConditionSource {
         }
     }
 }
-
-extension ProbeOptions {
-    /// The thresholds a policy's [battery] and [thermal] sections share with the probes.
-    func applying(_ s: PolicySettings) -> ProbeOptions {
-        var o = self
-        o.battery.lowPercent = s.number("battery.low_percent")
-        o.battery.criticalPercent = s.number("battery.critical_percent")
-        o.thermal.fairCelsius = s.number("thermal.fair_celsius")
-        o.thermal.seriousCelsius = s.number("thermal.serious_celsius")
-        o.thermal.criticalCelsius = s.number("thermal.critical_celsius")
-        return o
-    }
-}

@@ -144,6 +144,11 @@ public final class Child: @unchecked Sendable {
         return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
     }
 
+    /// The built `bgtaskd` beside `bgtask`.
+    public static var bgtaskdPath: String {
+        URL(fileURLWithPath: bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtaskd").path
+    }
+
     /// The built `bgtask` beside the running test or benchmark binary (or `BGTASK_BIN`).
     public static var bgtaskPath: String {
         if let p = ProcessInfo.processInfo.environment["BGTASK_BIN"] { return p }

@@ -1,0 +1,250 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import CGio
+
+/// The scheduler's name on the session bus, its object and interface (docs/protocol.md).
+public enum SchedulerBus {
+    public static let name = "io.github.bgtask.Scheduler1"
+    public static let path = "/io/github/bgtask/Scheduler1"
+    public static let interface = "io.github.bgtask.Scheduler1"
+    /// Error names: Apple's codes first, then the daemon's own.
+    public enum ErrorName {
+        public static let unavailable = "io.github.bgtask.Scheduler1.Error.Unavailable"
+        public static let tooManyPending = "io.github.bgtask.Scheduler1.Error.TooManyPendingTaskRequests"
+        public static let notPermitted = "io.github.bgtask.Scheduler1.Error.NotPermitted"
+        public static let immediateRunIneligible = "io.github.bgtask.Scheduler1.Error.ImmediateRunIneligible"
+        public static let noSuchTask = "io.github.bgtask.Scheduler1.Error.NoSuchTask"
+        public static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
+        public static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+        public static let failed = "org.freedesktop.DBus.Error.Failed"
+    }
+}
+
+/// A D-Bus value in the shapes the scheduler's interface uses (a small, typed mirror of GVariant).
+public indirect enum BusValue: Sendable, Equatable {
+    case string(String)
+    case bool(Bool)
+    case int64(Int64)
+    case uint64(UInt64)
+    case uint32(UInt32)
+    case double(Double)
+    case strings([String])
+    /// `a{sv}`
+    case dict([String: BusValue])
+    /// `aa{sv}`
+    case dicts([[String: BusValue]])
+
+    public var string: String? { if case .string(let s) = self { return s }; return nil }
+    public var bool: Bool? { if case .bool(let b) = self { return b }; return nil }
+    public var strings: [String]? { if case .strings(let s) = self { return s }; return nil }
+    public var number: Double? {
+        switch self {
+        case .int64(let v): return Double(v)
+        case .uint64(let v): return Double(v)
+        case .uint32(let v): return Double(v)
+        case .double(let v): return v
+        default: return nil
+        }
+    }
+
+    /// A new floating GVariant (consumed by whatever it is handed to).
+    func variant() -> OpaquePointer {
+        switch self {
+        case .string(let s): return g_variant_new_string(BusValue.validUTF8(s))
+        case .bool(let b): return g_variant_new_boolean(b ? 1 : 0)
+        case .int64(let v): return g_variant_new_int64(gint64(v))
+        case .uint64(let v): return g_variant_new_uint64(guint64(v))
+        case .uint32(let v): return g_variant_new_uint32(v)
+        case .double(let v): return g_variant_new_double(v)
+        case .strings(let a):
+            var children: [OpaquePointer?] = a.map { g_variant_new_string(BusValue.validUTF8($0)) }
+            return g_variant_new_array(cgio_type("s"), &children, gsize(children.count))
+        case .dict(let d): return BusValue.dictVariant(d)
+        case .dicts(let ds):
+            var children: [OpaquePointer?] = ds.map { BusValue.dictVariant($0) }
+            return g_variant_new_array(cgio_type("a{sv}"), &children, gsize(children.count))
+        }
+    }
+
+    static func dictVariant(_ d: [String: BusValue]) -> OpaquePointer {
+        var entries: [OpaquePointer?] = d.keys.sorted().map { k in
+            g_variant_new_dict_entry(g_variant_new_string(validUTF8(k)), g_variant_new_variant(d[k]!.variant()))
+        }
+        return g_variant_new_array(cgio_type("{sv}"), &entries, gsize(entries.count))
+    }
+
+    /// GVariant strings must be UTF-8 without NUL; Swift strings are UTF-8, but may hold NUL.
+    static func validUTF8(_ s: String) -> String {
+        s.utf8.contains(0) ? String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value == 0 ? "\u{FFFD}" : $0 })) : s
+    }
+
+    /// Reads a GVariant of a supported type; nil for anything else.
+    public static func from(_ v: OpaquePointer) -> BusValue? {
+        let type = String(cString: g_variant_get_type_string(v))
+        switch type {
+        case "s", "o": return .string(String(cString: g_variant_get_string(v, nil)))
+        case "b": return .bool(g_variant_get_boolean(v) != 0)
+        case "x": return .int64(Int64(g_variant_get_int64(v)))
+        case "t": return .uint64(UInt64(g_variant_get_uint64(v)))
+        case "u": return .uint32(g_variant_get_uint32(v))
+        case "i": return .int64(Int64(g_variant_get_int32(v)))
+        case "d": return .double(g_variant_get_double(v))
+        case "v":
+            let inner = g_variant_get_variant(v)!
+            defer { g_variant_unref(inner) }
+            return from(inner)
+        case "as":
+            return .strings(children(v).map { c in String(cString: g_variant_get_string(c, nil)) })
+        case "a{sv}":
+            return .dict(dict(v))
+        case "aa{sv}":
+            return .dicts(children(v).map { dict($0) })
+        default: return nil
+        }
+    }
+
+    static func children(_ v: OpaquePointer) -> [OpaquePointer] {
+        (0..<Int(g_variant_n_children(v))).map { i in
+            let c = g_variant_get_child_value(v, gsize(i))!
+            g_variant_unref(c)   // the parent keeps it alive while we read
+            return c
+        }
+    }
+
+    static func dict(_ v: OpaquePointer) -> [String: BusValue] {
+        var out: [String: BusValue] = [:]
+        for e in children(v) {
+            let k = g_variant_get_child_value(e, 0)!, val = g_variant_get_child_value(e, 1)!
+            defer { g_variant_unref(k); g_variant_unref(val) }
+            if let x = from(val) { out[String(cString: g_variant_get_string(k, nil))] = x }
+        }
+        return out
+    }
+}
+
+/// A D-Bus error reply, as a Swift error (client side) or to send (server side).
+public struct BusError: Error, CustomStringConvertible, Equatable {
+    public var name: String
+    public var message: String
+    public init(_ name: String, _ message: String) {
+        self.name = name
+        self.message = message
+    }
+    public var description: String { message }
+    /// The short form of the name (`NotPermitted`).
+    public var shortName: String { name.split(separator: ".").last.map(String.init) ?? name }
+}
+
+/// One connection to a message bus (the session bus, or the address given).
+public final class BusConnection: @unchecked Sendable {
+    public let raw: OpaquePointer
+
+    public init(address: String? = nil) throws(BusError) {
+        var err: UnsafeMutablePointer<GError>?
+        let c: OpaquePointer? = address.map { a in a.withCString { cgio_connect($0, &err) } } ?? cgio_connect(nil, &err)
+        guard let c else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        raw = c
+        g_dbus_connection_set_exit_on_close(raw, 0)
+    }
+
+    deinit { g_object_unref(UnsafeMutableRawPointer(raw)) }
+
+    static func take(_ err: UnsafeMutablePointer<GError>?) -> String {
+        guard let e = err else { return "unknown error" }
+        defer { g_error_free(e) }
+        return String(cString: e.pointee.message)
+    }
+
+    /// Calls a method and waits for the reply (bounded by `timeoutMs`). Returns the reply's arguments.
+    public func call(_ method: String, _ args: [BusValue], destination: String = SchedulerBus.name, path: String = SchedulerBus.path,
+                     interface: String = SchedulerBus.interface, timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
+        var children: [OpaquePointer?] = args.map { $0.variant() }
+        let params = g_variant_new_tuple(&children, gsize(children.count))
+        var err: UnsafeMutablePointer<GError>?
+        guard let reply = g_dbus_connection_call_sync(raw, destination, path, interface, method, params, nil,
+                                                      G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, &err) else {
+            guard let e = err else { throw BusError(SchedulerBus.ErrorName.failed, "no reply") }
+            let remote = g_dbus_error_get_remote_error(e).map { p -> String in defer { g_free(p) }; return String(cString: p) }
+            if remote != nil { g_dbus_error_strip_remote_error(e) }
+            let message = String(cString: e.pointee.message)
+            let name = remote ?? (e.pointee.domain == g_io_error_quark() ? SchedulerBus.ErrorName.unavailable : SchedulerBus.ErrorName.failed)
+            g_error_free(e)
+            throw BusError(name, message)
+        }
+        defer { g_variant_unref(reply) }
+        return BusValue.children(reply).compactMap { BusValue.from($0) }
+    }
+
+    /// Emits a signal of the scheduler's interface to every listener.
+    public func emit(_ member: String, _ args: [BusValue]) {
+        var children: [OpaquePointer?] = args.map { $0.variant() }
+        let params = g_variant_new_tuple(&children, gsize(children.count))
+        g_dbus_connection_emit_signal(raw, nil, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
+    }
+
+    /// Sends what is queued (signals) before the process goes on or exits.
+    public func flush() { g_dbus_connection_flush_sync(raw, nil, nil) }
+}
+
+/// A method call received by an exported object.
+public struct BusCall {
+    public let sender: String
+    public let method: String
+    /// The arguments, read (nil for any of a type the interface does not use).
+    public let args: [BusValue?]
+    /// The argument types as sent, e.g. "(a{sv}as)" (GDBus checks them against the XML before we see the call).
+    public let signature: String
+}
+
+/// An object exported on a connection; every call goes to `handle`, whose result is the reply.
+public final class BusObject {
+    public typealias Handler = (BusCall) -> Result<[BusValue], BusError>
+    let connection: BusConnection
+    var registration: guint = 0
+    let handle: Handler
+
+    public init(connection: BusConnection, path: String, xml: String, handle: @escaping Handler) throws(BusError) {
+        self.connection = connection
+        self.handle = handle
+        var err: UnsafeMutablePointer<GError>?
+        let ctx = Unmanaged.passUnretained(self).toOpaque()
+        registration = cgio_register(connection.raw, path, xml, { ctx, sender, method, params, invocation in
+            let me = Unmanaged<BusObject>.fromOpaque(ctx!).takeUnretainedValue()
+            me.dispatch(sender: sender.map { String(cString: $0) } ?? "", method: String(cString: method!), params: params!,
+                        invocation: invocation!)
+        }, ctx, &err)
+        if registration == 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+    }
+
+    deinit { if registration != 0 { g_dbus_connection_unregister_object(connection.raw, registration) } }
+
+    func dispatch(sender: String, method: String, params: OpaquePointer, invocation: OpaquePointer) {
+        let call = BusCall(sender: sender, method: method, args: BusValue.children(params).map { BusValue.from($0) },
+                           signature: String(cString: g_variant_get_type_string(params)))
+        switch handle(call) {
+        case .success(let values):
+            var children: [OpaquePointer?] = values.map { $0.variant() }
+            g_dbus_method_invocation_return_value(invocation, g_variant_new_tuple(&children, gsize(children.count)))
+        case .failure(let e):
+            g_dbus_method_invocation_return_dbus_error(invocation, e.name, BusValue.validUTF8(e.message))
+        }
+    }
+
+    /// The uid and pid of a caller, asked of the bus (the peer's own claims are not trusted).
+    public func credentials(of sender: String) -> (uid: uid_t?, pid: pid_t?) {
+        var err: UnsafeMutablePointer<GError>?
+        let uid = cgio_sender_uid(connection.raw, sender, &err)
+        if let e = err { g_error_free(e) }
+        let pid = cgio_sender_pid(connection.raw, sender)
+        return (uid == UInt32.max ? nil : uid_t(uid), pid == 0 ? nil : pid_t(pid))
+    }
+
+    /// Takes the well-known name; false if another process has it.
+    public func ownName(_ name: String) throws(BusError) -> Bool {
+        var err: UnsafeMutablePointer<GError>?
+        let r = cgio_request_name(connection.raw, name, &err)
+        if r == 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+        return r == 1 || r == 4   // primary owner, or already the owner
+    }
+}

@@ -1,0 +1,54 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import CGio
+
+/// The GLib main loop of the calling thread's default context, with file descriptors and one re-armable
+/// timer. GDBus dispatches method calls here; nothing wakes it unless something happens (no Swift
+/// concurrency, which wakes a process every second on Linux).
+public final class MainLoop {
+    let loop: OpaquePointer
+    var watches: [Watch] = []
+    var timer: guint = 0
+    var timerAction: (() -> Void)?
+
+    final class Watch {
+        let action: () -> Void
+        var id: guint = 0
+        init(_ action: @escaping () -> Void) { self.action = action }
+    }
+
+    public init() { loop = g_main_loop_new(nil, 0) }
+    deinit {
+        if timer != 0 { g_source_remove(timer) }
+        for w in watches { g_source_remove(w.id) }
+        g_main_loop_unref(loop)
+    }
+
+    /// Calls `action` whenever `fd` is readable (or hung up), for as long as the loop lives.
+    public func watch(fd: Int32, _ action: @escaping () -> Void) {
+        let w = Watch(action)
+        w.id = g_unix_fd_add(fd, GIOCondition(G_IO_IN.rawValue | G_IO_HUP.rawValue | G_IO_ERR.rawValue), { _, _, ctx in
+            Unmanaged<Watch>.fromOpaque(ctx!).takeUnretainedValue().action()
+            return 1
+        }, Unmanaged.passUnretained(w).toOpaque())
+        watches.append(w)
+    }
+
+    /// One timer: fires once, `seconds` from now (rounded up to a millisecond); nil cancels it.
+    public func setTimer(in seconds: Double?, _ action: @escaping () -> Void) {
+        if timer != 0 { g_source_remove(timer); timer = 0 }
+        guard let s = seconds else { timerAction = nil; return }
+        timerAction = action
+        let ms = guint(max(0, min(3_600_000, (s * 1000).rounded(.up))))
+        timer = g_timeout_add(ms, { ctx in
+            let me = Unmanaged<MainLoop>.fromOpaque(ctx!).takeUnretainedValue()
+            me.timer = 0
+            me.timerAction?()
+            return 0
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    public func run() { g_main_loop_run(loop) }
+    public func quit() { g_main_loop_quit(loop) }
+}

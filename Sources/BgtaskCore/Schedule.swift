@@ -1,0 +1,67 @@
+import BgtaskPolicy
+
+/// The daemon's queue rules that are not about one task's conditions: periodic schedules, retries,
+/// and how many tasks may run at once. Pure functions of their inputs; times are seconds on one clock.
+public enum Schedule {
+    /// The next due time of `--every P` work anchored at `anchor`, after a launch at `after`: the first
+    /// `anchor + k·P` later than `after`. Periods missed while the machine was off or asleep are not
+    /// run one by one (as systemd's `Persistent=`): whatever was missed, the work is due once, now.
+    public static func nextPeriodic(anchor: Double, every: Double, after: Double) -> Double {
+        guard every > 0, every.isFinite, after.isFinite, anchor.isFinite else { return after }
+        if after < anchor { return anchor }
+        let k = ((after - anchor) / every).rounded(.down) + 1
+        return anchor + k * every
+    }
+
+    /// The wait before retry number `attempt` (1 for the first retry): `base`, doubled each time, at most `max`.
+    public static func backoff(attempt: Int, base: Double, max: Double) -> Double {
+        guard attempt >= 1, base > 0 else { return 0 }
+        let doublings = Swift.min(attempt - 1, 40)
+        return Swift.min(max, base * Double(1 << UInt64(doublings)))
+    }
+
+    /// How many tasks run now, in the terms of the daemon's limits.
+    public struct Load: Sendable, Equatable {
+        public var running: Int
+        public var heavy: Int
+        public init(running: Int = 0, heavy: Int = 0) {
+            self.running = running
+            self.heavy = heavy
+        }
+    }
+
+    /// The daemon's limits from the policy's `[daemon]` settings.
+    public struct Limits: Sendable, Equatable {
+        public var maxRunning: Int
+        public var maxRunningHeavy: Int
+        public var maxPendingPerApp: Int
+        public var retryBackoff: Double
+        public var retryBackoffMax: Double
+
+        public init(maxRunning: Int = 4, maxRunningHeavy: Int = 1, maxPendingPerApp: Int = 1000, retryBackoff: Double = 30,
+                    retryBackoffMax: Double = 3600) {
+            self.maxRunning = maxRunning
+            self.maxRunningHeavy = maxRunningHeavy
+            self.maxPendingPerApp = maxPendingPerApp
+            self.retryBackoff = retryBackoff
+            self.retryBackoffMax = retryBackoffMax
+        }
+
+        public init(_ s: PolicySettings) {
+            self.init(maxRunning: Int(s.number("daemon.max_running")), maxRunningHeavy: Int(s.number("daemon.max_running_heavy")),
+                      maxPendingPerApp: Int(s.number("daemon.max_pending_per_app")), retryBackoff: s.number("daemon.retry_backoff"),
+                      retryBackoffMax: s.number("daemon.retry_backoff_max"))
+        }
+
+        /// nil if one more task like `task` may start under `load`, else why not (in the words `pending` shows).
+        /// Work the user started (`user_initiated`) is not held back by the background limits.
+        public func slot(for task: TaskFields, load: Load) -> String? {
+            if task.userInitiated { return nil }
+            if load.running >= maxRunning { return "\(load.running) tasks running, the most daemon.max_running allows" }
+            if task.cpuHeavy, load.heavy >= maxRunningHeavy {
+                return "\(load.heavy) CPU-heavy task\(load.heavy == 1 ? "" : "s") running, the most daemon.max_running_heavy allows"
+            }
+            return nil
+        }
+    }
+}

@@ -1,0 +1,374 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskAudit
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskQueue
+import BgtaskRun
+
+public struct DaemonOptions {
+    /// The bus to serve on (nil: the session bus, `$DBUS_SESSION_BUS_ADDRESS`).
+    public var busAddress: String?
+    public var probe: ProbeOptions
+    /// The policy files named on the command line (on top of the layers).
+    public var policyFiles: [String] = []
+    public var quiet = false
+    public init(probe: ProbeOptions) { self.probe = probe }
+}
+
+public struct DaemonError: Error, CustomStringConvertible {
+    public var message: String
+    public var status: Int32
+    public var description: String { message }
+}
+
+/// A task the daemon knows: its stored request and the supervisor driving it.
+final class Entry {
+    var row: QueuedTask
+    let supervisor: Supervisor
+    init(row: QueuedTask, supervisor: Supervisor) {
+        self.row = row
+        self.supervisor = supervisor
+    }
+}
+
+/// Gives each task's events its own run id in the shared audit trail.
+final class TaskObserver: RunObserver {
+    let audit: AuditLog
+    let runID: String
+    init(audit: AuditLog, runID: String) {
+        self.audit = audit
+        self.runID = runID
+    }
+    func record(_ event: RunEvent, task: TaskFields) {
+        var e = event
+        if e.runID == nil { e.runID = runID }
+        audit.record(e, task: task)
+    }
+}
+
+/// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
+/// also serves the D-Bus interface), driven by the same core as `bgtask run`.
+public final class Daemon {
+    let options: DaemonOptions
+    let loop = MainLoop()
+    var events: EventLoop!
+    let bus: BusConnection
+    var object: BusObject?
+    let store: QueueStore
+    let audit: AuditLog
+    var policy: Policy
+    var policyWarning: String?
+    var limits: Schedule.Limits
+    var pending: [String: Entry] = [:]
+    var running: [String: Entry] = [:]
+    let stateDir: String
+    let outputDir: String
+    var lockFD: Int32 = -1
+    var sequence = 0
+    var stopping = false
+    var buckets: [String: (tokens: Double, at: Double)] = [:]
+    public private(set) var exitStatus: Int32 = 0
+
+    public init(options: DaemonOptions) throws {
+        self.options = options
+        do {
+            stateDir = try StatePaths.preparedStateDirectory()
+            outputDir = try SecureDirectory.prepare(stateDir + "/output")
+        } catch { throw DaemonError(message: "state directory \(error)", status: ExitStatus.cantCreate) }
+        // One daemon per user and state directory, whatever bus it is on.
+        lockFD = open(stateDir + "/bgtaskd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard lockFD >= 0, flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
+            throw DaemonError(message: "another bgtaskd is running for \(stateDir) (its lock bgtaskd.lock is held)", status: ExitStatus.tempFail)
+        }
+        do {
+            store = try QueueStore(path: stateDir + "/" + QueueStore.file)
+            audit = try AuditLog(path: stateDir + "/" + StatePaths.auditFile)
+        } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
+        let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
+        guard errors.isEmpty else {
+            throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
+                              status: ExitStatus.config)
+        }
+        policy = p
+        limits = Schedule.Limits(p.settings)
+        do { bus = try BusConnection(address: options.busAddress) } catch {
+            throw DaemonError(message: "cannot connect to the session bus: \(error.message)", status: ExitStatus.unavailable)
+        }
+    }
+
+    func say(_ s: String) {
+        if !options.quiet { fputs(Terminal.safe("bgtaskd: \(s)") + "\n", stderr) }
+    }
+
+    var probe: ProbeOptions { options.probe.applying(policy.settings) }
+
+    /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
+    public func run() throws -> Int32 {
+        do { events = try EventLoop(watch: EventLoop.watchOptions(probe, policies: [policy])) } catch {
+            throw DaemonError(message: "\(error)", status: ExitStatus.failure)
+        }
+        try? audit.prune(now: wallClockNow())
+        recoverInterrupted()
+        for row in (try? store.all()) ?? [] where row.state == "pending" { add(row) }
+
+        do {
+            object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
+                let r = self.handle(call)
+                self.afterRound(conditionsChanged: false)
+                return r
+            }
+            guard try object!.ownName(SchedulerBus.name) else {
+                throw DaemonError(message: "\(SchedulerBus.name) is already owned on this bus: another bgtaskd runs", status: ExitStatus.tempFail)
+            }
+        } catch let e as BusError {
+            throw DaemonError(message: "cannot serve on the bus: \(e.message)", status: ExitStatus.unavailable)
+        }
+        say("serving \(SchedulerBus.name) (pid \(getpid())); \(pending.count) pending")
+        loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
+        loop.watch(fd: events.wakeFD) { [unowned self] in
+            let now = monotonic()
+            if let values = self.events.takeConditions() {
+                for e in self.all { e.supervisor.conditionsChanged(values, now: now) }
+            }
+            self.afterRound(conditionsChanged: true)
+        }
+        afterRound(conditionsChanged: false)
+        loop.run()
+        return exitStatus
+    }
+
+    var all: [Entry] { Array(running.values) + pending.values.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) } }
+
+    // MARK: The queue
+
+    /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
+    @discardableResult
+    func add(_ row: QueuedTask) -> Entry {
+        let wall = wallClockNow(), mono = monotonic()
+        sequence += 1
+        var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
+        o.budget = row.budget
+        o.cpuMonitor = !row.requiresExternalPower
+        // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
+        o.runID = row.runID ?? "\(row.id)-d\(getpid())-\(Int(wall))-\(sequence)"
+        o.earliest = row.earliest.map { mono + ($0 - wall) }
+        o.workingDirectory = row.directory
+        o.outputPath = outputPath(row.id)
+        o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
+        o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
+        o.quiet = options.quiet
+        let s = Supervisor(options: o, policy: policy, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
+                           enqueuedAt: mono - max(0, wall - row.submitted))
+        s.speaker = "bgtaskd"
+        s.slot = { [unowned self] t in self.limits.slot(for: t, load: self.load) }
+        s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
+        let e = Entry(row: row, supervisor: s)
+        pending[row.id] = e
+        if let c = events?.currentConditions { s.conditionsChanged(c, now: mono) }
+        return e
+    }
+
+    nonisolated(unsafe) static var runCounter = 0
+    static func newRunID(_ id: String) -> String {
+        runCounter += 1
+        return "\(id)-d\(getpid())-\(Int(wallClockNow()))-\(runCounter)"
+    }
+
+    var load: Schedule.Load {
+        var l = Schedule.Load()
+        for e in running.values where !e.supervisor.isDone {
+            l.running += 1
+            if e.supervisor.machine.task.cpuHeavy { l.heavy += 1 }
+        }
+        return l
+    }
+
+    func outputPath(_ id: String) -> String { StatePaths.outputFile(stateDirectory: stateDir, id: id) }
+
+    /// A supervisor recorded an event.
+    func event(_ s: Supervisor, _ kind: RunEvent.Kind) {
+        let id = s.id
+        switch kind {
+        case .started:
+            guard let e = pending[id], e.supervisor === s else { return }
+            pending[id] = nil
+            running[id] = e
+            e.row.state = "running"
+            e.row.runID = s.runOptions.runID
+            e.row.pgid = s.pid
+            e.row.childStart = s.pid.flatMap { Recovery.startTime(of: $0) }.map { Int64($0) }
+            e.row.cgroup = s.taskProcess?.cgroupRecord
+            e.row.started = wallClockNow()
+            do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
+            bus.emit("TaskChanged", [.string(id), .string("running")])
+        case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
+            bus.emit("TaskChanged", [.string(id), .string(stateName(s))])
+        default:
+            break
+        }
+    }
+
+    func stateName(_ s: Supervisor) -> String {
+        switch s.machine.phase {
+        case .waiting: return "pending"
+        case .running(let cap?): return "throttled \(cap)%"
+        case .running(nil): return "running"
+        case .paused: return "paused"
+        case .expiring: return "expiring"
+        case .finished: return "finished"
+        case .gaveUp: return "gave up"
+        }
+    }
+
+    /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
+    func afterRound(conditionsChanged: Bool) {
+        let now = monotonic()
+        events.timersDue(all.map(\.supervisor), now: now)
+        var freed = false
+        for (id, e) in running where e.supervisor.isDone {
+            running[id] = nil
+            finished(e)
+            freed = true
+        }
+        for (id, e) in pending where e.supervisor.isDone {   // could not be spawned, or gave up
+            pending[id] = nil
+            finished(e)
+            freed = true
+        }
+        if freed {
+            for e in all where e.supervisor.machine.phase == .waiting {
+                if case .noSlot? = e.supervisor.machine.startBlock { e.supervisor.reevaluate(now: now) }
+            }
+        }
+        let sups = all.map(\.supervisor)
+        events.afterEvents(sups, conditionsChanged: conditionsChanged)
+        let next = events.nextDeadline(sups)
+        loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
+    }
+
+    /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.
+    func finished(_ e: Entry) {
+        let s = e.supervisor
+        let status = s.finish()
+        let wasRunning = e.row.state == "running"
+        let failed = status != 0
+        var next: QueuedTask?
+        if failed, e.row.retry > e.row.failures {
+            var r = e.row
+            r.failures += 1
+            r.earliest = wallClockNow() + Schedule.backoff(attempt: r.failures, base: limits.retryBackoff, max: limits.retryBackoffMax)
+            next = r
+            say("\(e.row.id): failed (status \(status)); retry \(r.failures) of \(r.retry) not before \(clockText(r.earliest!))")
+        } else if let every = e.row.every {
+            var r = e.row
+            r.failures = 0
+            r.earliest = Schedule.nextPeriodic(anchor: r.anchor ?? r.submitted, every: every, after: r.started ?? wallClockNow())
+            next = r
+        }
+        do {
+            if wasRunning { try store.remove(e.row.id, state: "running") } else { try store.remove(e.row.id, state: "pending") }
+            // A request submitted while it ran takes precedence over its own rescheduling.
+            if let n = next, pending[n.id] == nil {
+                var r = n.requeued(runID: Daemon.newRunID(n.id))
+                r.submitted = wallClockNow()
+                try store.put(r)
+                add(r)
+            }
+        } catch { say("\(e.row.id): cannot update the queue: \(error)") }
+        bus.emit("TaskChanged", [.string(e.row.id), .string(next != nil && pending[e.row.id] != nil ? "pending" : "finished")])
+    }
+
+    /// What a daemon that died left running: ended (never left frozen, never run twice at once), recorded,
+    /// and re-queued if it is processing work; refresh work is dropped, as on iOS.
+    func recoverInterrupted() {
+        guard let rows = try? store.all() else { return }
+        for r in rows where r.state == "running" {
+            let runID = r.runID ?? "\(r.id)-recovered"
+            let lost = "bgtaskd was gone while it ran (pid \(r.pgid ?? 0))"
+            audit.record(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
+                                  runID: runID), task: r.fields)
+            let done = Recovery.endInterrupted(pgid: r.pgid ?? 0, childStart: UInt64(max(0, r.childStart ?? 0)), cgroupRecord: r.cgroup ?? "-",
+                                               grace: policy.settings.number("run.expire_grace"))
+            let requeue = r.kind != "refresh"
+            let pendingExists = rows.contains { $0.id == r.id && $0.state == "pending" }
+            let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
+            audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,
+                                  runID: runID), task: r.fields)
+            say("\(r.id): \(what)")
+            do {
+                try store.remove(r.id, state: "running")
+                if requeue, !pendingExists {
+                    try store.put(r.requeued(runID: r.runID ?? Daemon.newRunID(r.id)))
+                }
+            } catch { say("\(r.id): cannot update the queue: \(error)") }
+        }
+    }
+
+    // MARK: Signals
+
+    func signals() {
+        for sig in events.readSignals() {
+            switch sig {
+            case SIGCHLD:
+                events.reap(running.values.map(\.supervisor))
+            case SIGHUP:
+                reload()
+            default:
+                shutdown(signal: sig)
+            }
+        }
+        afterRound(conditionsChanged: false)
+    }
+
+    /// SIGHUP: the policy is read again; a broken file keeps the last good policy in force, and says so.
+    func reload() {
+        let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
+        if !errors.isEmpty {
+            policyWarning = "the policy does not load (the last good policy stays in force): " + errors.map(\.description).joined(separator: "; ")
+            say(policyWarning!)
+            return
+        }
+        policyWarning = nil
+        policy = p
+        limits = Schedule.Limits(p.settings)
+        // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
+        for (id, e) in pending {
+            pending[id] = nil
+            add(e.row)
+        }
+        say("policy reloaded")
+    }
+
+    /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running unsupervised.
+    func shutdown(signal sig: Int32) {
+        guard !stopping else { return }
+        stopping = true
+        say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
+        for (_, e) in running {
+            guard let pid = e.supervisor.pid else { continue }
+            e.supervisor.taskProcess?.thawForSignal()
+            let done = Recovery.endInterrupted(pgid: pid, childStart: UInt64(max(0, e.row.childStart ?? 0)),
+                                               cgroupRecord: e.supervisor.taskProcess?.cgroupRecord ?? "-",
+                                               grace: e.supervisor.machine.limits.expireGrace)
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, WNOHANG)
+            audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: "interrupted: bgtaskd stopped; \(done)",
+                                  decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
+            do {
+                try store.remove(e.row.id, state: "running")
+                if e.row.kind != "refresh", pending[e.row.id] == nil {
+                    try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.row.id)))
+                }
+            } catch { say("\(e.row.id): cannot update the queue: \(error)") }
+        }
+        running = [:]
+        bus.flush()
+        loop.quit()
+    }
+}
+

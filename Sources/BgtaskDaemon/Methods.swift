@@ -1,0 +1,225 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskQueue
+import BgtaskRun
+
+/// Bounds on what a caller may send: identifiers, commands, and how fast.
+public enum RequestBounds {
+    public static let maxIDBytes = 255
+    public static let maxArguments = 4096
+    public static let maxCommandBytes = 256 * 1024
+    public static let maxDirectoryBytes = 4096
+    /// Submits per caller per second, averaged over a burst of `submitBurst`.
+    public static let submitsPerSecond = 50.0
+    public static let submitBurst = 200.0
+
+    /// nil if `id` is a usable identifier, else why not.
+    public static func checkID(_ id: String) -> String? {
+        if id.isEmpty { return "the identifier is empty" }
+        if id.utf8.count > maxIDBytes { return "the identifier is \(id.utf8.count) bytes, over \(maxIDBytes)" }
+        if id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || ($0.value >= 0x80 && $0.value < 0xA0) }) {
+            return "the identifier contains control characters"
+        }
+        return nil
+    }
+}
+
+extension Daemon {
+    static let submitKeys: Set<String> = ["id", "kind", "requires_external_power", "requires_network", "requires_unmetered",
+                                          "cpu_heavy", "user_initiated", "earliest", "every", "retry", "budget", "directory"]
+
+    func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
+        // The session bus is the user's own, but a system-wide bus configured oddly is not: check.
+        let creds = object?.credentials(of: call.sender)
+        guard let uid = creds?.uid, uid == getuid() else {
+            return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "bgtaskd serves only uid \(getuid())"))
+        }
+        func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
+        switch call.method {
+        case "Submit":
+            guard call.args.count == 2, case .dict(let opts)? = call.args[0], let argv = call.args[1]?.strings else {
+                return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "Submit takes (a{sv} options, as command)"))
+            }
+            if !allowSubmit(call.sender) {
+                return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, "too many submissions from \(call.sender); slow down"))
+            }
+            return submit(opts, argv).map { [.string($0)] }
+        case "Cancel":
+            guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "Cancel takes (s id)")) }
+            return cancel(id).map { [.string($0)] }
+        case "CancelAll":
+            let n = cancelAll()
+            return .success([.uint32(UInt32(n))])
+        case "ListPending":
+            return .success([.dicts(listPending())])
+        case "ListRunning":
+            return .success([.dicts(listRunning())])
+        case "DebugLaunch":
+            guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "DebugLaunch takes (s id)")) }
+            guard let e = pending[id] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no pending task \(id)")) }
+            e.supervisor.launchNow(now: monotonic())
+            return .success([])
+        case "DebugExpire":
+            guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "DebugExpire takes (s id)")) }
+            guard let e = running[id], !e.supervisor.isDone else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no running task \(id)")) }
+            e.supervisor.expireNow(now: monotonic(), why: "bgtask debug expire")
+            return .success([])
+        case "GetStatus":
+            var d: [String: BusValue] = ["version": .string(bgtaskVersion), "pid": .uint32(UInt32(getpid())),
+                                         "pending": .uint32(UInt32(pending.count)), "running": .uint32(UInt32(running.count)),
+                                         "state_directory": .string(stateDir)]
+            if let w = policyWarning { d["policy_warning"] = .string(w) }
+            return .success([.dict(d)])
+        default:
+            return .failure(BusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.method)"))
+        }
+    }
+
+    /// A token bucket per sender: a flood of submits cannot grow the queue faster than the disk can keep it.
+    func allowSubmit(_ sender: String) -> Bool {
+        let now = monotonic()
+        var b = buckets[sender] ?? (RequestBounds.submitBurst, now)
+        b.tokens = min(RequestBounds.submitBurst, b.tokens + (now - b.at) * RequestBounds.submitsPerSecond)
+        b.at = now
+        guard b.tokens >= 1 else { buckets[sender] = b; return false }
+        b.tokens -= 1
+        buckets[sender] = b
+        if buckets.count > 1024 { buckets = buckets.filter { now - $0.value.at < 60 } }
+        return true
+    }
+
+    func submit(_ opts: [String: BusValue], _ argv: [String]) -> Result<String, BusError> {
+        func bad(_ m: String) -> Result<String, BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, m)) }
+        if let unknown = opts.keys.sorted().first(where: { !Daemon.submitKeys.contains($0) }) { return bad("unknown option '\(unknown)'") }
+        if argv.isEmpty || argv[0].isEmpty { return bad("the command is empty") }
+        if argv.count > RequestBounds.maxArguments { return bad("the command has \(argv.count) arguments, over \(RequestBounds.maxArguments)") }
+        if argv.reduce(0, { $0 + $1.utf8.count + 1 }) > RequestBounds.maxCommandBytes { return bad("the command is over \(RequestBounds.maxCommandBytes) bytes") }
+        guard let id = (opts["id"] ?? .string(defaultID(argv[0]))).string else { return bad("id must be a string") }
+        if let why = RequestBounds.checkID(id) { return bad(why) }
+        let kind = opts["kind"].map { $0.string ?? "" } ?? "processing"
+        guard ["processing", "refresh", "continued"].contains(kind) else { return bad("kind '\(kind)': one of processing, refresh, continued") }
+        let now = wallClockNow()
+        var row = QueuedTask(id: id, kind: kind, argv: argv, submitted: now)
+        row.runID = Daemon.newRunID(id)
+        for (key, path) in [("requires_external_power", \QueuedTask.requiresExternalPower), ("requires_network", \.requiresNetwork),
+                            ("requires_unmetered", \.requiresUnmetered), ("cpu_heavy", \.cpuHeavy), ("user_initiated", \.userInitiated)] {
+            guard let v = opts[key] else { continue }
+            guard let b = v.bool else { return bad("\(key) must be a boolean") }
+            row[keyPath: path] = b
+        }
+        if row.requiresUnmetered { row.requiresNetwork = true }
+        if kind == "continued" { row.userInitiated = true }
+        func seconds(_ key: String, max: Double) -> Result<Double?, BusError> {
+            guard let v = opts[key] else { return .success(nil) }
+            guard let n = v.number, n.isFinite, n >= 0, n <= max else {
+                return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "\(key) must be a number of seconds from 0 to \(Int(max))"))
+            }
+            return .success(n)
+        }
+        do {
+            // `earliest` is an absolute time (seconds since the epoch), bounded to ten years ahead.
+            row.earliest = try seconds("earliest", max: now + 3650 * 86_400).get()
+            row.every = try seconds("every", max: 3650 * 86_400).get()
+            row.budget = try seconds("budget", max: 86_400).get()
+            if let r = try seconds("retry", max: 100).get() { row.retry = Int(r) }
+        } catch { return .failure(error) }
+        if let e = row.every {
+            guard e >= 1 else { return bad("every must be at least 1 second") }
+            row.anchor = row.earliest ?? now
+            if row.earliest == nil { row.earliest = now }
+        }
+        if let d = opts["directory"] {
+            guard let s = d.string, s.hasPrefix("/"), s.utf8.count <= RequestBounds.maxDirectoryBytes, !s.contains("\0") else {
+                return bad("directory must be an absolute path")
+            }
+            row.directory = s
+        }
+        if pending[id] == nil, (try? store.count(app: row.app)) ?? 0 >= limits.maxPendingPerApp {
+            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
+                                     "\(row.app) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
+        }
+        do { try store.put(row) } catch {
+            return .failure(BusError(SchedulerBus.ErrorName.failed, "cannot store the request: \(error)"))
+        }
+        let replaced = pending.removeValue(forKey: id) != nil
+        add(row)
+        say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
+        bus.emit("TaskChanged", [.string(id), .string("pending")])
+        return .success(id)
+    }
+
+    func defaultID(_ command: String) -> String {
+        let base = command.split(separator: "/").last.map(String.init) ?? command
+        let cleaned = base.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }
+        return cleaned.isEmpty ? "task" : String(cleaned.prefix(64))
+    }
+
+    func cancel(_ id: String) -> Result<String, BusError> {
+        var done: [String] = []
+        if let e = pending.removeValue(forKey: id) {
+            try? store.remove(id, state: "pending")
+            audit.record(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (bgtask cancel)", decision: nil,
+                                  conditions: [:], exitStatus: nil, runID: e.supervisor.runOptions.runID), task: e.row.fields)
+            done.append("removed the pending request")
+        }
+        if let e = running[id], !e.supervisor.isDone {
+            e.supervisor.expireNow(now: monotonic(), why: "cancelled by the user")
+            done.append("expired the running task")
+        }
+        guard !done.isEmpty else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no task \(id)")) }
+        bus.emit("TaskChanged", [.string(id), .string("cancelled")])
+        return .success(done.joined(separator: "; "))
+    }
+
+    func cancelAll() -> Int {
+        let ids = pending.keys.sorted()
+        for id in ids { _ = cancel(id) }
+        return ids.count
+    }
+
+    func listPending() -> [[String: BusValue]] {
+        let wall = wallClockNow(), mono = monotonic()
+        return all.filter { $0.supervisor.machine.phase == .waiting }.map { e in
+            let s = e.supervisor
+            var d: [String: BusValue] = ["id": .string(e.row.id), "app": .string(e.row.app), "kind": .string(e.row.kind),
+                                         "command": .strings(e.row.command), "submitted": .double(e.row.submitted),
+                                         "reason": .string(s.waitingReason.isEmpty ? "not yet evaluated" : s.waitingReason),
+                                         "requires_external_power": .bool(e.row.requiresExternalPower),
+                                         "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures))]
+            if let m = s.waitingDecision?.matches.first {
+                d["rule"] = .string(m.ruleID)
+                d["location"] = .string(m.location.description)
+            }
+            if let t = e.row.earliest { d["earliest"] = .double(t) }
+            if let t = e.row.every { d["every"] = .double(t) }
+            // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
+            if let n = s.nextDeadline { d["next_check"] = .double(wall + (n - mono)) }
+            return d
+        }
+    }
+
+    func listRunning() -> [[String: BusValue]] {
+        let mono = monotonic()
+        return running.values.sorted { $0.row.id < $1.row.id }.filter { !$0.supervisor.isDone }.map { e in
+            let s = e.supervisor
+            var d: [String: BusValue] = ["id": .string(e.row.id), "app": .string(e.row.app), "kind": .string(e.row.kind),
+                                         "state": .string(stateName(s)), "command": .strings(e.row.command)]
+            if let p = s.pid { d["pid"] = .uint32(UInt32(p)) }
+            if let t = s.startedAt {
+                let runtime = max(0, mono - t)
+                d["runtime"] = .double(runtime)
+                if let b = s.machine.limits.budget { d["budget_left"] = .double(max(0, b - runtime)) }
+                if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { d["cpu_share"] = .double(cpu / runtime * 100) }
+            }
+            if case .running(let cap?) = s.machine.phase { d["cpu_cap"] = .uint32(UInt32(cap)) }
+            if let m = s.taskProcess?.mechanism { d["mechanism"] = .string(m.rawValue) }
+            return d
+        }
+    }
+}
+

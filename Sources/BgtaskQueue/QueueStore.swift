@@ -1,0 +1,180 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskConfig
+import BgtaskJSON
+import BgtaskPolicy
+import GRDB
+
+/// One request in the daemon's queue: what to run, under which requirements, and where it is in its life.
+/// Times are seconds since the epoch (they must survive a reboot).
+public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, PersistableRecord {
+    public static let databaseTableName = "request"
+    /// The identifier: one pending request per identifier (a resubmit replaces it).
+    public var id: String
+    /// The app that submitted it (its manifest id), or "cli" for the command line.
+    public var app: String
+    public var kind: String
+    /// JSON array of the command's arguments.
+    public var argv: String
+    public var requiresExternalPower = false
+    public var requiresNetwork = false
+    public var requiresUnmetered = false
+    public var cpuHeavy = false
+    public var userInitiated = false
+    /// Not before this time (`earliestBeginDate`).
+    public var earliest: Double?
+    /// `--every`: the period, and the instant periods are counted from.
+    public var every: Double?
+    public var anchor: Double?
+    /// `--retry N`: how many times a failed run is retried, and how many failures so far.
+    public var retry = 0
+    public var failures = 0
+    public var budget: Double?
+    public var submitted: Double
+    /// The submitter's working directory.
+    public var directory: String?
+    /// "pending" or "running".
+    public var state = "pending"
+    /// Of the current or last run: its audit-trail run id, process group, the group leader's start time and cgroup.
+    public var runID: String?
+    public var pgid: Int32?
+    public var childStart: Int64?
+    public var cgroup: String?
+    public var started: Double?
+
+    public init(id: String, app: String = "cli", kind: String, argv: [String], submitted: Double) {
+        self.id = id
+        self.app = app
+        self.kind = kind
+        self.argv = JSONValue.array(argv.map { .string($0) }).rendered
+        self.submitted = submitted
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, app, kind, argv, requiresExternalPower = "requires_external_power", requiresNetwork = "requires_network"
+        case requiresUnmetered = "requires_unmetered", cpuHeavy = "cpu_heavy", userInitiated = "user_initiated"
+        case earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID = "run_id", pgid
+        case childStart = "child_start", cgroup, started
+    }
+
+    /// This request waiting again (after a crash, a retry, or for its next period): no process, no start.
+    public func requeued(runID: String) -> QueuedTask {
+        var r = self
+        r.state = "pending"; r.runID = runID; r.pgid = nil; r.childStart = nil; r.cgroup = nil; r.started = nil
+        return r
+    }
+
+    /// The command, decoded (an empty list if the stored text is not a JSON array of strings).
+    public var command: [String] {
+        guard case .array(let a)? = try? JSONValue.parse(argv) else { return [] }
+        return a.compactMap { if case .string(let s) = $0 { return s }; return nil }
+    }
+
+    /// The policy's view of it.
+    public var fields: TaskFields {
+        var t = TaskFields(id: id, kind: kind)
+        t.requiresExternalPower = requiresExternalPower
+        t.requiresNetwork = requiresNetwork
+        t.requiresUnmetered = requiresUnmetered
+        t.cpuHeavy = cpuHeavy
+        t.userInitiated = userInitiated
+        return t
+    }
+}
+
+public struct QueueError: Error, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public var description: String { "\(path): \(message)" }
+}
+
+/// The daemon's queue in SQLite (`queue.sqlite` in the state directory; WAL, full sync): what survives a
+/// restart, a crash and a reboot. Only bgtaskd writes it; one daemon per user holds its lock.
+public final class QueueStore: @unchecked Sendable {
+    public let path: String
+    let db: DatabaseQueue
+    public static let file = "queue.sqlite"
+
+    public init(path: String) throws {
+        self.path = path
+        do { try SecureDirectory.checkFile(path) } catch { throw QueueError(path: path, message: error.message) }
+        var config = Configuration()
+        config.busyMode = .timeout(5)
+        config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        do {
+            db = try DatabaseQueue(path: path, configuration: config)
+            let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
+            if !Set(tables).isSubset(of: ["grdb_migrations", "request"]) {
+                throw QueueError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))); refusing to use it")
+            }
+            try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
+            var m = DatabaseMigrator()
+            m.registerMigration("v1") { db in
+                // One pending and one running request per identifier at most: a task may resubmit itself while it runs.
+                try db.create(table: "request") { t in
+                    t.column("id", .text).notNull()
+                    t.column("state", .text).notNull().defaults(to: "pending")
+                    t.primaryKey(["id", "state"])
+                    t.column("app", .text).notNull()
+                    t.column("kind", .text).notNull()
+                    t.column("argv", .text).notNull()
+                    for flag in ["requires_external_power", "requires_network", "requires_unmetered", "cpu_heavy", "user_initiated"] {
+                        t.column(flag, .boolean).notNull().defaults(to: false)
+                    }
+                    t.column("earliest", .double)
+                    t.column("every", .double)
+                    t.column("anchor", .double)
+                    t.column("retry", .integer).notNull().defaults(to: 0)
+                    t.column("failures", .integer).notNull().defaults(to: 0)
+                    t.column("budget", .double)
+                    t.column("submitted", .double).notNull()
+                    t.column("directory", .text)
+                    t.column("run_id", .text)
+                    t.column("pgid", .integer)
+                    t.column("child_start", .integer)
+                    t.column("cgroup", .text)
+                    t.column("started", .double)
+                }
+                try db.create(index: "request_app", on: "request", columns: ["app"])
+            }
+            try m.migrate(db)
+        } catch let e as QueueError {
+            throw e
+        } catch {
+            throw QueueError(path: path, message: "\(error)")
+        }
+    }
+
+    public func all() throws -> [QueuedTask] {
+        try db.read { try QueuedTask.order(Column("submitted"), Column("id")).fetchAll($0) }
+    }
+
+    public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
+        try db.read { try QueuedTask.fetchOne($0, key: ["id": id, "state": state]) }
+    }
+
+    /// Inserts or replaces (one request per identifier and state).
+    public func put(_ t: QueuedTask) throws {
+        try db.write { try t.save($0) }
+    }
+
+    /// The pending request becomes the running one, in one transaction.
+    public func markRunning(_ t: QueuedTask) throws {
+        var r = t
+        r.state = "running"
+        try db.write { db in
+            try QueuedTask.deleteOne(db, key: ["id": t.id, "state": "pending"])
+            try r.save(db)
+        }
+    }
+
+    @discardableResult
+    public func remove(_ id: String, state: String) throws -> Bool {
+        try db.write { try QueuedTask.deleteOne($0, key: ["id": id, "state": state]) }
+    }
+
+    public func count(app: String) throws -> Int {
+        try db.read { try QueuedTask.filter(Column("app") == app && Column("state") == "pending").fetchCount($0) }
+    }
+}

@@ -1,0 +1,102 @@
+#ifndef CGIO_SHIM_H
+#define CGIO_SHIM_H
+/* GDBus and the GLib main loop, for bgtaskd and its clients. Include paths from `pkg-config gio-unix-2.0`. */
+#include <glib.h>
+#include <glib-unix.h>
+#include <gio/gio.h>
+
+/* One C callback shape for every method call; Swift supplies it with a context pointer. */
+typedef void (*cgio_method_fn)(void *context, const char *sender, const char *method, GVariant *parameters,
+                               GDBusMethodInvocation *invocation);
+typedef struct { cgio_method_fn fn; void *context; } cgio_handler;
+
+static void cgio_method_trampoline(GDBusConnection *connection, const gchar *sender, const gchar *path,
+                                   const gchar *interface, const gchar *method, GVariant *parameters,
+                                   GDBusMethodInvocation *invocation, gpointer data) {
+    (void)connection; (void)path; (void)interface;
+    cgio_handler *h = data;
+    h->fn(h->context, sender, method, parameters, invocation);
+}
+
+/* Exports the first interface of `xml` at `path`; the registration id (> 0) or 0 with *error set. */
+static inline guint cgio_register(GDBusConnection *connection, const char *path, const char *xml, cgio_method_fn fn,
+                                  void *context, GError **error) {
+    static const GDBusInterfaceVTable vtable = { cgio_method_trampoline, NULL, NULL, { 0 } };
+    GDBusNodeInfo *node = g_dbus_node_info_new_for_xml(xml, error);
+    if (node == NULL) return 0;
+    if (node->interfaces == NULL || node->interfaces[0] == NULL) {
+        g_set_error(error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT, "no interface in the XML");
+        g_dbus_node_info_unref(node);
+        return 0;
+    }
+    cgio_handler *h = g_new0(cgio_handler, 1);
+    h->fn = fn; h->context = context;
+    guint id = g_dbus_connection_register_object(connection, path, node->interfaces[0], &vtable, h, g_free, error);
+    g_dbus_node_info_unref(node);
+    return id;
+}
+
+/* RequestName with DO_NOT_QUEUE, synchronously: 1 primary owner, 3 exists, 0 failed (error set). */
+static inline guint cgio_request_name(GDBusConnection *connection, const char *name, GError **error) {
+    GVariant *r = g_dbus_connection_call_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                              "org.freedesktop.DBus", "RequestName",
+                                              g_variant_new("(su)", name, 4 /* DBUS_NAME_FLAG_DO_NOT_QUEUE */),
+                                              G_VARIANT_TYPE("(u)"), G_DBUS_CALL_FLAGS_NONE, -1, NULL, error);
+    if (r == NULL) return 0;
+    guint32 v = 0;
+    g_variant_get(r, "(u)", &v);
+    g_variant_unref(r);
+    return v;
+}
+
+/* The uid of a sender on the bus, or (guint32)-1 with *error set. */
+static inline guint32 cgio_sender_uid(GDBusConnection *connection, const char *sender, GError **error) {
+    GVariant *r = g_dbus_connection_call_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                              "org.freedesktop.DBus", "GetConnectionUnixUser",
+                                              g_variant_new("(s)", sender), G_VARIANT_TYPE("(u)"),
+                                              G_DBUS_CALL_FLAGS_NONE, 2000, NULL, error);
+    if (r == NULL) return (guint32)-1;
+    guint32 v = 0;
+    g_variant_get(r, "(u)", &v);
+    g_variant_unref(r);
+    return v;
+}
+
+/* The pid of a sender on the bus, or 0. */
+static inline guint32 cgio_sender_pid(GDBusConnection *connection, const char *sender) {
+    GVariant *r = g_dbus_connection_call_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                              "org.freedesktop.DBus", "GetConnectionUnixProcessID",
+                                              g_variant_new("(s)", sender), G_VARIANT_TYPE("(u)"),
+                                              G_DBUS_CALL_FLAGS_NONE, 2000, NULL, NULL);
+    if (r == NULL) return 0;
+    guint32 v = 0;
+    g_variant_get(r, "(u)", &v);
+    g_variant_unref(r);
+    return v;
+}
+
+static inline const GVariantType *cgio_type(const char *s) { return G_VARIANT_TYPE(s); }
+
+/* A connection to the bus at `address` (or the session bus when NULL), ready for messages. */
+static inline GDBusConnection *cgio_connect(const char *address, GError **error) {
+    if (address == NULL) return g_bus_get_sync(G_BUS_TYPE_SESSION, NULL, error);
+    return g_dbus_connection_new_for_address_sync(address,
+        G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION, NULL, NULL, error);
+}
+
+typedef void (*cgio_signal_fn)(void *context, const char *sender, const char *member, GVariant *parameters);
+typedef struct { cgio_signal_fn fn; void *context; } cgio_signal_handler;
+static void cgio_signal_trampoline(GDBusConnection *c, const gchar *sender, const gchar *path, const gchar *iface,
+                                   const gchar *member, GVariant *params, gpointer data) {
+    (void)c; (void)path; (void)iface;
+    cgio_signal_handler *h = data;
+    h->fn(h->context, sender, member, params);
+}
+static inline guint cgio_subscribe(GDBusConnection *connection, const char *sender, const char *interface,
+                                   const char *member, const char *path, cgio_signal_fn fn, void *context) {
+    cgio_signal_handler *h = g_new0(cgio_signal_handler, 1);
+    h->fn = fn; h->context = context;
+    return g_dbus_connection_signal_subscribe(connection, sender, interface, member, path, NULL,
+                                              G_DBUS_SIGNAL_FLAGS_NONE, cgio_signal_trampoline, h, g_free);
+}
+#endif

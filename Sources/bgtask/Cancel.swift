@@ -1,0 +1,36 @@
+import ArgumentParser
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskJSON
+import BgtaskPolicy
+
+extension Bgtask {
+    struct Cancel: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Remove a pending request from bgtaskd's queue (a running task is expired: SIGTERM, grace, SIGKILL).")
+
+        @Flag(name: .long, help: "Cancel every pending request.")
+        var all = false
+
+        @Flag(name: .long, help: "Print the result as JSON.")
+        var json = false
+
+        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"))
+        var id: String?
+
+        func validate() throws {
+            if all == (id != nil) { throw ValidationError("give a task id or --all") }
+        }
+
+        func run() throws {
+            if all {
+                let n = try DaemonClient.call("CancelAll").first?.number ?? 0
+                if json { print(JSONValue.object([("cancelled", .number(n))]).rendered) } else { out("cancelled \(Int(n)) pending request(s)") }
+                return
+            }
+            let done = try DaemonClient.call("Cancel", [.string(id!)]).first?.string ?? ""
+            if json { print(JSONValue.object([("id", .string(id!)), ("done", .string(done))]).rendered) } else { out("\(id!): \(done)") }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import ArgumentParser
+import BgtaskBus
+import BgtaskConfig
+import BgtaskJSON
+import BgtaskPolicy
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// The CLI's side of the bus: one connection, one call, errors as exit statuses.
+enum DaemonClient {
+    /// Calls a method of bgtaskd; with no session bus or no daemon, says so and exits 69.
+    static func call(_ method: String, _ args: [BusValue] = []) throws -> [BusValue] {
+        let bus: BusConnection
+        do { bus = try BusConnection() } catch {
+            fail("no session bus (\(error.message)); bgtaskd runs on the user's session bus", ExitStatus.unavailable)
+        }
+        do { return try bus.call(method, args) } catch {
+            switch error.shortName {
+            case "ServiceUnknown", "NameHasNoOwner", "Unavailable", "NoReply", "Disconnected", "SpawnFailed", "SpawnChildExited", "TimedOut":
+                fail("bgtaskd is not reachable on the session bus (\(error.message)); start it with `systemctl --user start bgtaskd` or run `bgtaskd`",
+                     ExitStatus.unavailable)
+            case "InvalidArgs":
+                fail(error.message, ExitStatus.usage)
+            case "TooManyPendingTaskRequests":
+                fail(error.message, ExitStatus.tempFail)
+            case "NoSuchTask":
+                fail(error.message, ExitStatus.failure)
+            default:
+                fail("\(error.shortName): \(error.message)", ExitStatus.failure)
+            }
+        }
+    }
+
+    static func fail(_ message: String, _ status: Int32) -> Never {
+        fputs(Terminal.safe("bgtask: \(message)") + "\n", stderr)
+        exit(status)
+    }
+
+    /// A bus value as JSON, for `--json`.
+    static func json(_ v: BusValue) -> JSONValue {
+        switch v {
+        case .string(let s): return .string(s)
+        case .bool(let b): return .bool(b)
+        case .int64, .uint64, .uint32, .double: return .number(v.number ?? 0)
+        case .strings(let a): return .array(a.map { .string($0) })
+        case .dict(let d): return .object(d.keys.sorted().map { ($0, json(d[$0]!)) })
+        case .dicts(let ds): return .array(ds.map { json(.dict($0)) })
+        }
+    }
+}
+
+/// `2h`, `90s` from now, or an ISO-8601 time: `2026-11-22T21:00`, with `:SS`, a `Z` or `±HH:MM` zone (local time without one).
+func parseWhen(_ s: String, now: Double) -> Double? {
+    if let d = parseDuration(s) { return now + d }
+    let u = Array(s.utf8)
+    func num(_ a: Int, _ n: Int) -> Int? {
+        guard a + n <= u.count else { return nil }
+        var v = 0
+        for c in u[a..<(a + n)] { guard c >= 48, c <= 57 else { return nil }; v = v * 10 + Int(c - 48) }
+        return v
+    }
+    guard u.count >= 16, let y = num(0, 4), u[4] == 45, let mo = num(5, 2), u[7] == 45, let d = num(8, 2),
+          u[10] == 84 || u[10] == 32, let h = num(11, 2), u[13] == 58, let mi = num(14, 2) else { return nil }
+    var i = 16
+    var sec = 0
+    if i < u.count, u[i] == 58 { guard let x = num(i + 1, 2) else { return nil }; sec = x; i += 3 }
+    guard (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, sec < 61 else { return nil }
+    var t = tm()
+    t.tm_year = Int32(y - 1900); t.tm_mon = Int32(mo - 1); t.tm_mday = Int32(d)
+    t.tm_hour = Int32(h); t.tm_min = Int32(mi); t.tm_sec = Int32(sec)
+    if i == u.count {
+        t.tm_isdst = -1
+        let r = mktime(&t)
+        return r == -1 ? nil : Double(r)
+    }
+    var offset = 0
+    if u[i] == 90, i + 1 == u.count { offset = 0 }
+    else if u[i] == 43 || u[i] == 45, i + 6 == u.count, let oh = num(i + 1, 2), u[i + 3] == 58, let om = num(i + 4, 2), oh < 24, om < 60 {
+        offset = (oh * 3600 + om * 60) * (u[i] == 45 ? -1 : 1)
+    } else { return nil }
+    return Double(timegm(&t)) - Double(offset)
+}

@@ -1,0 +1,32 @@
+import ArgumentParser
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskJSON
+import BgtaskPolicy
+
+extension Bgtask {
+    struct Debug: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Launch or expire a daemon task now, whatever the conditions (recorded as such).",
+            subcommands: [Launch.self, Expire.self])
+
+        struct Launch: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Start a pending task now (Apple's _simulateLaunchForTaskWithIdentifier).")
+            @Argument(help: ArgumentHelp("The task's id.", valueName: "id")) var id: String
+            func run() throws {
+                _ = try DaemonClient.call("DebugLaunch", [.string(id)])
+                out("\(id): launched")
+            }
+        }
+
+        struct Expire: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Send a running task its expiration now (Apple's _simulateExpirationForTaskWithIdentifier).")
+            @Argument(help: ArgumentHelp("The task's id.", valueName: "id")) var id: String
+            func run() throws {
+                _ = try DaemonClient.call("DebugExpire", [.string(id)])
+                out("\(id): expiring")
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import BgtaskConfig
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+extension Bgtask {
+    struct Output: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the stdout and stderr of a daemon task's last run (at most its last 1 MiB).")
+
+        @Flag(name: .long, help: "The run before the last.")
+        var previous = false
+
+        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"))
+        var id: String
+
+        func run() throws {
+            let dir: String
+            do { dir = try StatePaths.stateDirectory(); try SecureDirectory.verify(dir) } catch {
+                fputs(Terminal.safe("bgtask: state directory \(error)") + "\n", stderr)
+                throw ExitCode(ExitStatus.failure)
+            }
+            let path = StatePaths.outputFile(stateDirectory: dir, id: id) + (previous ? ".1" : "")
+            let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else {
+                fputs(Terminal.safe("bgtask: no output kept for \(id) (\(path): \(String(cString: strerror(errno))))") + "\n", stderr)
+                throw ExitCode(ExitStatus.failure)
+            }
+            defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+                fputs(Terminal.safe("bgtask: \(path) is not a regular file") + "\n", stderr)
+                throw ExitCode(ExitStatus.failure)
+            }
+            var buf = [UInt8](repeating: 0, count: 65_536)
+            while true {
+                let n = read(fd, &buf, buf.count)
+                if n <= 0 { break }
+                _ = buf.withUnsafeBytes { fwrite($0.baseAddress, 1, n, stdout) }
+            }
+            fflush(stdout)
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import ArgumentParser
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskJSON
+import BgtaskPolicy
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+extension Bgtask {
+    struct Submit: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Queue a command with bgtaskd and return at once, printing its id.",
+            discussion: """
+            The daemon runs it when the policy allows, as `bgtask run` would, and keeps it queued across logout \
+            and reboot. One pending request per id: submitting the same id again replaces it. Exit status: 0; \
+            2 for bad input (nothing is queued); 69 when bgtaskd is not reachable; 75 when too many requests wait.
+            """)
+
+        @OptionGroup var taskOptions: TaskOptionsGroup
+
+        @Option(name: .long, help: ArgumentHelp("Not before this time: a duration from now (2h) or ISO-8601 (2026-11-22T21:00, with Z or ±HH:MM).", valueName: "when"))
+        var earliest: String?
+
+        @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"))
+        var every: String?
+
+        @Option(name: .long, help: ArgumentHelp("Retry a failed run up to N times, with a growing wait between tries.", valueName: "n"))
+        var retry: Int?
+
+        @Flag(name: .long, help: "Print the result as JSON.")
+        var json = false
+
+        @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
+        var command: [String] = []
+
+        func validate() throws {
+            if command.isEmpty || command[0].isEmpty { throw ValidationError("no command given: bgtask submit [options] -- COMMAND [ARGS...]") }
+            if let e = earliest, parseWhen(e, now: wallClockNow()) == nil {
+                throw ValidationError("--earliest \(e): a duration from now (2h, 30m) or an ISO-8601 time such as 2026-11-22T21:00 or 2026-11-22T21:00:00Z")
+            }
+            if let e = every { guard let d = parseDuration(e), d >= 1 else { throw ValidationError("--every \(e): a duration of at least 1s, such as 1d or 6h") } }
+            if let r = retry, !(0...100).contains(r) { throw ValidationError("--retry \(r): 0 to 100") }
+        }
+
+        func run() throws {
+            let task = taskOptions.task(command: command)
+            var opts: [String: BusValue] = ["id": .string(task.id), "kind": .string(task.kind),
+                                            "requires_external_power": .bool(task.requiresExternalPower),
+                                            "requires_network": .bool(task.requiresNetwork), "requires_unmetered": .bool(task.requiresUnmetered),
+                                            "cpu_heavy": .bool(task.cpuHeavy), "user_initiated": .bool(task.userInitiated)]
+            if let e = earliest.flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
+            if let e = every.flatMap(parseDuration) { opts["every"] = .double(e) }
+            if let b = taskOptions.budget.flatMap(parseDuration) { opts["budget"] = .double(b) }
+            if let r = retry { opts["retry"] = .uint32(UInt32(r)) }
+            if let cwd = getcwd(nil, 0) { opts["directory"] = .string(String(cString: cwd)); free(cwd) }
+            let reply = try DaemonClient.call("Submit", [.dict(opts), .strings(Run.fullCommand ?? command)])
+            let id = reply.first?.string ?? task.id
+            if json { print(JSONValue.object([("id", .string(id))]).rendered) } else { out(id) }
+        }
+    }
+}

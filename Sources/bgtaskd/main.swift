@@ -1,0 +1,54 @@
+import ArgumentParser
+import BgtaskConfig
+import BgtaskDaemon
+import BgtaskProbes
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+/// bgtaskd: thin on purpose; the daemon is `BgtaskDaemon`. Synchronous: a GLib main loop, no Swift
+/// concurrency (which would wake the process every second on Linux).
+struct Bgtaskd: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bgtaskd",
+        abstract: "The per-user background task scheduler: a persistent queue on the session D-Bus.",
+        discussion: """
+        Serves io.github.bgtask.Scheduler1 on the session bus ($DBUS_SESSION_BUS_ADDRESS) and stays in the \
+        foreground; under systemd it is started as bgtaskd.service (Type=dbus) or by D-Bus activation. Messages go \
+        to stderr (the journal under systemd); every decision also goes to the audit trail `bgtask why` reads. \
+        SIGHUP reloads the policy; SIGTERM ends running tasks and keeps them queued. Exit status: 0 after SIGTERM; \
+        69 when there is no session bus; 73 when the state directory cannot be written; 75 when another bgtaskd \
+        runs; 78 when the policy does not load.
+        """,
+        version: bgtaskVersion)
+
+    @Option(name: .long, help: ArgumentHelp("A policy file on top of the layers (repeatable).", valueName: "file"))
+    var policy: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("The bus address to serve on (default: the session bus).", valueName: "address"))
+    var address: String?
+
+    @Flag(name: .long, help: "Do not ask UPower, NetworkManager or power-profiles-daemon on the system bus.")
+    var noDbus = false
+
+    @Flag(name: .shortAndLong, help: "No messages on stderr (decisions still go to the audit trail).")
+    var quiet = false
+
+    func run() throws {
+        var options = DaemonOptions(probe: ProbeOptions(root: SysfsRoot.fromEnvironment(sysfs: nil, proc: nil), useDBus: noDbus ? false : nil))
+        options.busAddress = address
+        options.policyFiles = policy
+        options.quiet = quiet
+        do {
+            let daemon = try Daemon(options: options)
+            throw ExitCode(try daemon.run())
+        } catch let e as DaemonError {
+            fputs(Terminal.safe("bgtaskd: \(e.message)", keepNewlines: true) + "\n", stderr)
+            throw ExitCode(e.status)
+        }
+    }
+}
+
+setvbuf(stderr, nil, _IOLBF, 0)
+signal(SIGPIPE, SIG_IGN)
+Bgtaskd.main()
