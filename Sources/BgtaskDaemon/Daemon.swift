@@ -114,7 +114,6 @@ public final class Daemon {
         }
         try? audit.prune(now: wallClockNow())
         recoverInterrupted()
-        for row in (try? store.all()) ?? [] where row.state == "pending" { add(row) }
 
         do {
             object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
@@ -128,7 +127,10 @@ public final class Daemon {
         } catch let e as BusError {
             throw DaemonError(message: "cannot serve on the bus: \(e.message)", status: ExitStatus.unavailable)
         }
-        say("serving \(SchedulerBus.name) (pid \(getpid())); \(pending.count) pending")
+        // Work starts only once the daemon answers on the bus: a client never sees a task it cannot ask about.
+        let rows = ((try? store.all()) ?? []).filter { $0.state == "pending" }
+        say("serving \(SchedulerBus.name) (pid \(getpid())); \(rows.count) pending")
+        for row in rows { add(row) }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
         loop.watch(fd: events.wakeFD) { [unowned self] in
             let now = monotonic()

@@ -16,6 +16,9 @@
 #include <sys/resource.h>
 
 int pipe2(int pipefd[2], int flags);
+/* glibc ≥ 2.34 declares these only under _GNU_SOURCE, which the Swift importer does not set here. */
+int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
+int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
 
 /* A non-blocking, close-on-exec pipe; 0 or -errno. */
 static inline int bgt_pipe(int fds[2]) {
@@ -74,6 +77,8 @@ static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle, 
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
         posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
         posix_spawn_file_actions_adddup2(&fa, out_fd, 2);
+        /* A daemon's task inherits none of the daemon's descriptors (its bus, its database, its lock). */
+        posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     }
     if (dir != NULL) posix_spawn_file_actions_addchdir_np(&fa, dir);
     posix_spawnattr_t attr;

@@ -37,6 +37,26 @@ final class SessionDaemon {
         try start()
     }
 
+    /// SIGKILL: no chance to clean up.
+    func crash() {
+        guard let d = daemon else { return }
+        kill(d.process.processIdentifier, SIGKILL)
+        _ = d.waitExit(within: 10)
+    }
+
+    /// The next line of the daemon's stderr that contains `text` (bounded).
+    func said(_ text: String, within seconds: Double = 10) -> String? {
+        daemon?.errorLine(within: seconds) { $0.contains(text) }
+    }
+
+    func pending() throws -> [[String: Any]] {
+        let (s, o, e) = try bgtask(["pending", "--json"])
+        guard s == 0, let list = try JSONSerialization.jsonObject(with: Data(o.utf8)) as? [[String: Any]] else {
+            throw DaemonTestError(message: "pending --json: status \(s), \(o) \(e)")
+        }
+        return list
+    }
+
     func bgtask(_ args: [String]) throws -> (Int32, String, String) {
         try Child.run(Child.bgtaskPath, args, environment: env, deadline: 30)
     }
@@ -89,5 +109,140 @@ extension UmockdevIntegrationTests {
         let (os, output, _) = try d.bgtask(["output", "backup"])
         #expect(os == 0 && output == "started\n", "output: \(output)")
         #expect(try pendingJSON().isEmpty)
+    }
+}
+
+/// The state letter of a process, or nil once it is gone (a zombie counts as gone).
+func liveState(_ pid: Int32) -> String? {
+    guard let s = processState(pid), s != "Z" else { return nil }
+    return s
+}
+
+/// Waits (bounded) until `pid` is gone: its /proc entry polled each 50 ms, as there is no event for another's exit.
+func gone(_ pid: Int32, within seconds: Double) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if liveState(pid) == nil { return true }
+        usleep(50_000)
+    }
+    return liveState(pid) == nil
+}
+
+extension UmockdevIntegrationTests {
+    @Test("bgtaskd SIGKILLed while a task is paused: after the restart it is not left frozen, is recorded as interrupted, and waits again")
+    func daemonCrashWhilePaused() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "sync", "--requires-external-power", "--", "sleep", "300"]).0 == 0)
+        let started = try #require(d.said("sync: started"), "did not start: \(d.daemon?.stderr ?? "")")
+        let pid = try #require(startedPID(started))
+        tb.plug(laptop, false)
+        _ = try #require(d.said("sync: paused"), "not paused: \(d.daemon?.stderr ?? "")")
+        #expect(liveState(pid) == "T")
+
+        d.crash()
+        // Frozen with nobody to thaw it — unless the kernel's rule for an orphaned process group with a
+        // stopped member (SIGHUP, SIGCONT) ended it already; either way the restart must leave nothing frozen.
+        try d.restart()
+        #expect(gone(pid, within: 10), "the paused command was left behind: state \(liveState(pid) ?? "gone")")
+        let list = try d.pending()
+        let entry = try #require(list.first { $0["id"] as? String == "sync" }, "not queued again: \(list)")
+        #expect((entry["reason"] as? String)?.contains("external power") == true)
+        let (_, running, _) = try d.bgtask(["tasks", "--json"])
+        #expect(running.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+        let (_, why, _) = try d.bgtask(["why", "sync"])
+        #expect(why.contains("interrupted") || why.contains("gone"), "\(why)")
+    }
+
+    @Test("bgtaskd SIGKILLed while a task runs: the restart ends the old command before the task runs again, so it never runs twice at once")
+    func daemonCrashWhileRunning() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "index", "--", "sleep", "300"]).0 == 0)
+        let line = try #require(d.said("index: started"), "did not start: \(d.daemon?.stderr ?? "")")
+        let first = try #require(startedPID(line))
+        d.crash()
+        #expect(liveState(first) != nil)          // a crash leaves it running, unsupervised
+        try d.restart()
+        let again = try #require(d.said("index: started"), "not run again: \(d.daemon?.stderr ?? "")")
+        let second = try #require(startedPID(again))
+        #expect(second != first)
+        #expect(liveState(first) == nil, "the first command still runs beside the second")
+        let log = d.daemon?.stderr ?? ""
+        let interrupted = try #require(log.range(of: "index: interrupted"), "\(log)")
+        #expect(interrupted.lowerBound < (log.range(of: "index: started")?.lowerBound ?? log.startIndex), "\(log)")
+        #expect(try d.bgtask(["cancel", "index"]).0 == 0)
+        #expect(gone(second, within: 15))
+    }
+
+    @Test("one pending request per identifier: a second submit replaces the first; bad input exits 2 and queues nothing")
+    func onePendingPerIdentifier() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "report", "--requires-external-power", "--", "echo", "one"]).0 == 0)
+        #expect(try d.bgtask(["submit", "--id", "report", "--requires-external-power", "--", "echo", "two"]).0 == 0)
+        let list = try d.pending()
+        #expect(list.count == 1)
+        #expect(list.first?["command"] as? [String] == ["echo", "two"])
+
+        for bad in [["submit", "--bogus", "--", "true"], ["submit", "--earliest", "tomorrowish", "--", "true"],
+                    ["submit", "--id", String(repeating: "x", count: 256), "--", "true"], ["submit", "--id", "a\u{1}b", "--", "true"],
+                    ["submit", "--"], ["submit", "--every", "0s", "--", "true"]] {
+            let (s, _, e) = try d.bgtask(bad)
+            #expect(s == 2, "\(bad): \(s) \(e)")
+        }
+        #expect(try d.pending().count == 1)
+        #expect(try d.bgtask(["cancel", "--all"]).0 == 0)
+        #expect(try d.pending().isEmpty)
+    }
+
+    @Test("without a reachable daemon, submit says so, exits 69 and queues nothing")
+    func submitWithoutDaemon() throws {
+        let p = try PolicyEnv()
+        let bus = try PrivateBus()
+        let env = p.environment(preload: false, ["DBUS_SESSION_BUS_ADDRESS": bus.address])
+        let (s, _, e) = try Child.run(Child.bgtaskPath, ["submit", "--", "true"], environment: env, deadline: 30)
+        #expect(s == 69, "\(e)")
+        #expect(e.contains("bgtaskd"))
+        let (s2, _, e2) = try Child.run(Child.bgtaskPath, ["pending"], environment: p.environment(preload: false, ["DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent/bus"]), deadline: 30)
+        #expect(s2 == 69, "\(e2)")
+    }
+
+    @Test("the limits in the daemon: with daemon.max_running = 1 the second task waits for the slot, and starts when the first ends; --retry runs a failing command again")
+    func limitsAndRetry() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-limits.toml", "[daemon]\nmax_running = 1\nretry_backoff = \"1s\"\n")
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true)
+        let gate = p.dir.appendingPathComponent("gate")
+        try Data().write(to: gate)
+        #expect(try d.bgtask(["submit", "--id", "first", "--", "sh", "-c", "while [ -e '\(gate.path)' ]; do sleep 0.05; done"]).0 == 0)
+        _ = try #require(d.said("first: started"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["submit", "--id", "second", "--", "true"]).0 == 0)
+        let waiting = try #require(d.said("second: waiting"), "\(d.daemon?.stderr ?? "")")
+        #expect(waiting.contains("daemon.max_running"))
+        let entry = try #require(try d.pending().first { $0["id"] as? String == "second" })
+        #expect((entry["reason"] as? String)?.contains("daemon.max_running") == true)
+        try FileManager.default.removeItem(at: gate)
+        _ = try #require(d.said("second: started"), "\(d.daemon?.stderr ?? "")")
+
+        #expect(try d.bgtask(["submit", "--id", "flaky", "--retry", "1", "--", "false"]).0 == 0)
+        _ = try #require(d.said("flaky: failed (status 1); retry 1 of 1"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("flaky: started"), "not retried: \(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("flaky: finished (exit 1)"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.pending().isEmpty)            // the retries are used up
     }
 }

@@ -1,0 +1,102 @@
+import BgtaskCore
+import BgtaskPolicy
+import Testing
+
+/// A policy with only the built-in requirement checks: the schedule alone decides.
+func bareMachine(_ t: TaskFields, limits: TaskLimits = .init()) -> TaskMachine { TaskMachine(task: t, enqueuedAt: 0, limits: limits) }
+
+func emptyPolicy() throws -> Policy { Policy.merge([]) }
+
+@Suite("the daemon's queue rules, in virtual time")
+struct ScheduleTests {
+    let ac: [String: PolicyValue] = ["power.external": .bool(true)]
+    let battery: [String: PolicyValue] = ["power.external": .bool(false)]
+
+    @Test("--earliest is a floor: the machine wakes at it when the policy would run the task, and starts it then, not before")
+    func earliestIsAFloor() throws {
+        let p = try emptyPolicy()
+        var limits = TaskLimits()
+        limits.earliest = 3600
+        var m = bareMachine(TaskFields(id: "nightly"), limits: limits)
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        #expect(at(0, ac) == [])
+        #expect(m.startBlock == .earliest(3600))
+        #expect(m.nextWake == 3600)
+        #expect(at(1800, ac) == [])
+        #expect(at(3600, ac) == [.start])
+        #expect(m.startBlock == nil)
+    }
+
+    @Test("--earliest does not make a task that waits for the charger wake at it: the charger starts it, after the floor")
+    func earliestWithRequirement() throws {
+        let p = try emptyPolicy()
+        var t = TaskFields(id: "backup")
+        t.requiresExternalPower = true
+        var limits = TaskLimits()
+        limits.earliest = 600
+        var m = bareMachine(t, limits: limits)
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        #expect(at(0, battery) == [])
+        #expect(m.nextWake == nil)              // only the charger can start it
+        #expect(at(300, ac) == [])              // the charger came before the floor
+        #expect(m.nextWake == 600)
+        #expect(at(600, ac) == [.start])
+    }
+
+    @Test("the limits: a full set of slots holds a task the policy would run; a freed slot starts it; user-initiated work is not held")
+    func slotsHoldWork() throws {
+        let p = try emptyPolicy()
+        let limits = Schedule.Limits(maxRunning: 2, maxRunningHeavy: 1)
+        var heavy = TaskFields(id: "encode")
+        heavy.cpuHeavy = true
+        #expect(limits.slot(for: TaskFields(id: "a"), load: .init(running: 1, heavy: 1)) == nil)
+        #expect(limits.slot(for: heavy, load: .init(running: 1, heavy: 1)) != nil)
+        #expect(limits.slot(for: TaskFields(id: "a"), load: .init(running: 2, heavy: 0)) != nil)
+        var user = TaskFields(id: "u")
+        user.userInitiated = true
+        #expect(limits.slot(for: user, load: .init(running: 2, heavy: 1)) == nil)
+
+        var m = bareMachine(TaskFields(id: "a"))
+        let ev = Policy.Evaluator(policy: p, conditions: ac, time: .midnightMonday)
+        let full = limits.slot(for: m.task, load: .init(running: 2))
+        #expect(m.step(ev, now: 0, slot: full).1 == [])
+        guard case .noSlot(let why)? = m.startBlock else { Issue.record("not held by the slots: \(String(describing: m.startBlock))"); return }
+        #expect(why.contains("daemon.max_running"))
+        #expect(m.step(ev, now: 5, slot: nil).1 == [.start])
+    }
+
+    @Test("--every: the next period after a run; periods missed while the machine was off run once, not once each")
+    func periodic() {
+        // Anchored at 1000, every 100: a run at 1005 is next due at 1100.
+        #expect(Schedule.nextPeriodic(anchor: 1000, every: 100, after: 1005) == 1100)
+        #expect(Schedule.nextPeriodic(anchor: 1000, every: 100, after: 1100) == 1200)
+        #expect(Schedule.nextPeriodic(anchor: 1000, every: 100, after: 900) == 1000)
+        // Off from 1100 to 1550: the run at 1550 (late, once) is next due at 1600 — not 1200, 1300, 1400, 1500.
+        #expect(Schedule.nextPeriodic(anchor: 1000, every: 100, after: 1550) == 1600)
+    }
+
+    @Test("--retry backoff: the base, doubled each retry, capped")
+    func backoff() {
+        #expect(Schedule.backoff(attempt: 1, base: 30, max: 3600) == 30)
+        #expect(Schedule.backoff(attempt: 2, base: 30, max: 3600) == 60)
+        #expect(Schedule.backoff(attempt: 4, base: 30, max: 3600) == 240)
+        #expect(Schedule.backoff(attempt: 9, base: 30, max: 3600) == 3600)
+        #expect(Schedule.backoff(attempt: 1000, base: 30, max: 3600) == 3600)
+    }
+
+    @Test("a debug launch starts a waiting task whatever the policy says, and the policy governs it from then on")
+    func debugLaunch() throws {
+        let p = try emptyPolicy()
+        var t = TaskFields(id: "backup")
+        t.requiresExternalPower = true
+        var m = bareMachine(t)
+        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [])
+        #expect(m.launchNow(now: 1) == [.start])
+        #expect(m.forced)
+        #expect(m.launchNow(now: 2) == [])      // once
+    }
+}
