@@ -148,7 +148,44 @@ public final class BusConnection: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
 
-    deinit { g_object_unref(UnsafeMutableRawPointer(raw)) }
+    /// The system bus (logind lives there).
+    public init(system: Bool) throws(BusError) {
+        var err: UnsafeMutablePointer<GError>?
+        guard let c = cgio_system_bus(&err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        raw = c
+        g_dbus_connection_set_exit_on_close(raw, 0)
+    }
+
+    deinit {
+        for s in subscriptions { g_dbus_connection_signal_unsubscribe(raw, s.id) }
+        g_object_unref(UnsafeMutableRawPointer(raw))
+    }
+
+    final class Subscription {
+        let handler: (String, [BusValue]) -> Void
+        var id: guint = 0
+        init(_ h: @escaping (String, [BusValue]) -> Void) { handler = h }
+    }
+    var subscriptions: [Subscription] = []
+
+    /// Calls `handler(member, args)` for each matching signal, on the main loop of the calling thread.
+    public func subscribe(sender: String, interface: String, member: String, path: String,
+                          _ handler: @escaping (String, [BusValue]) -> Void) {
+        let sub = Subscription(handler)
+        sub.id = cgio_subscribe(raw, sender, interface, member, path, { ctx, _, member, params in
+            let s = Unmanaged<Subscription>.fromOpaque(ctx!).takeUnretainedValue()
+            s.handler(member.map { String(cString: $0) } ?? "", params.map { BusValue.children($0).compactMap { BusValue.from($0) } } ?? [])
+        }, Unmanaged.passUnretained(sub).toOpaque())
+        subscriptions.append(sub)
+    }
+
+    /// logind's `Inhibit`: the lock is the returned descriptor (closing it releases the lock).
+    public func inhibit(what: String, who: String, why: String, mode: String) throws(BusError) -> Int32 {
+        var err: UnsafeMutablePointer<GError>?
+        let fd = cgio_logind_inhibit(raw, what, who, why, mode, &err)
+        if fd < 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+        return fd
+    }
 
     static func take(_ err: UnsafeMutablePointer<GError>?) -> String {
         guard let e = err else { return "unknown error" }

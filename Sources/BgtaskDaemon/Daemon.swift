@@ -17,6 +17,8 @@ public struct DaemonOptions {
     /// The policy files named on the command line (on top of the layers).
     public var policyFiles: [String] = []
     public var quiet = false
+    /// Watch logind on the system bus for sleep and shutdown (off with `--no-dbus`).
+    public var watchSleep = true
     public init(probe: ProbeOptions) { self.probe = probe }
 }
 
@@ -72,6 +74,14 @@ public final class Daemon {
     var sequence = 0
     var stopping = false
     var buckets: [String: (tokens: Double, at: Double)] = [:]
+    /// The system bus, for logind (nil without one).
+    var system: BusConnection?
+    var inhibitFD: Int32 = -1
+    var inhibitRefusedSaid = false
+    /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
+    var sleeping = false
+    /// The newest readings from the watcher (before the daemon's own conditions are added).
+    var readings: [String: PolicyValue]?
     public private(set) var exitStatus: Int32 = 0
 
     public init(options: DaemonOptions) throws {
@@ -133,12 +143,13 @@ public final class Daemon {
         for row in rows { add(row) }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
         loop.watch(fd: events.wakeFD) { [unowned self] in
-            let now = monotonic()
             if let values = self.events.takeConditions() {
-                for e in self.all { e.supervisor.conditionsChanged(values, now: now) }
+                self.readings = values
+                self.deliver(now: monotonic())
             }
             self.afterRound(conditionsChanged: true)
         }
+        watchSleep()
         afterRound(conditionsChanged: false)
         loop.run()
         return exitStatus
@@ -171,7 +182,7 @@ public final class Daemon {
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         let e = Entry(row: row, supervisor: s)
         pending[row.id] = e
-        if let c = events?.currentConditions { s.conditionsChanged(c, now: mono) }
+        if let c = conditions { s.conditionsChanged(c, now: mono) }
         return e
     }
 
@@ -179,6 +190,19 @@ public final class Daemon {
     static func newRunID(_ id: String) -> String {
         runCounter += 1
         return "\(id)-d\(getpid())-\(Int(wallClockNow()))-\(runCounter)"
+    }
+
+    /// The readings and the daemon's own conditions (`system.preparing_sleep`), as every task sees them.
+    var conditions: [String: PolicyValue]? {
+        guard var c = readings ?? events?.currentConditions else { return nil }
+        c["system.preparing_sleep"] = .bool(sleeping)
+        return c
+    }
+
+    /// Gives every task the conditions as they are now.
+    func deliver(now: Double) {
+        guard let c = conditions else { return }
+        for e in all { e.supervisor.conditionsChanged(c, now: now) }
     }
 
     var load: Schedule.Load {
@@ -248,6 +272,7 @@ public final class Daemon {
             }
         }
         let sups = all.map(\.supervisor)
+        updateInhibitor()
         events.afterEvents(sups, conditionsChanged: conditionsChanged)
         let next = events.nextDeadline(sups)
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
@@ -369,6 +394,7 @@ public final class Daemon {
             } catch { say("\(e.row.id): cannot update the queue: \(error)") }
         }
         running = [:]
+        updateInhibitor()
         bus.flush()
         loop.quit()
     }

@@ -24,6 +24,13 @@ expire_grace = "10s"      # SIGTERM, then this long, then SIGKILL
 refresh_budget = "30s"    # app-refresh work expires after this
 cpu_monitor_percent = 50  # undeclared work above this share on battery counts as CPU-heavy
 
+[daemon]                  # bgtaskd's queue
+max_running = 4           # tasks running at once (user-initiated work is not counted against it)
+max_running_heavy = 1     # CPU-heavy tasks running at once
+max_pending_per_app = 1000
+retry_backoff = "30s"     # before the first retry of a failed --retry task; doubled each time
+retry_backoff_max = "1h"
+
 # ---- the task's own requirements: they apply to every task ----
 
 [[rule]]
@@ -94,5 +101,20 @@ when = 'thermal.state == "critical"'
 verdict = "expire"
 grace = "5s"
 reason = "thermal critical ({thermal.celsius} °C, {thermal.zone}): stopping"
+
+# ---- sleep and shutdown (bgtaskd, from logind's PrepareForSleep; null under `bgtask run`) ----
+
+[[rule]]
+id = "sleep.expire-refresh"
+when = 'system.preparing_sleep == true && task.kind == "refresh"'
+verdict = "expire"
+grace = "2s"
+reason = "the machine is going to sleep: refresh work ends (it is not resumed, as on iOS)"
+
+[[rule]]
+id = "sleep.freeze"
+when = 'system.preparing_sleep == true'
+verdict = "pause"
+reason = "the machine is going to sleep: work is frozen until it resumes"
 """#
 }

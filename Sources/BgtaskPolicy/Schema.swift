@@ -45,6 +45,7 @@ public struct Schema: Sendable {
         c("system.power_saver", .bool, "power-profiles-daemon's profile is power-saver")
         c("system.power_profile", .string, "power-profiles-daemon's active profile")
         c("system.cpu_pressure", .number, "PSI cpu some avg10, percent")
+        c("system.preparing_sleep", .bool, "logind announced sleep or shutdown (bgtaskd only; null elsewhere)")
         c("upower.available", .bool, "upowerd answers on the system bus")
         c("upower.on_battery", .bool, "UPower's OnBattery")
         c("upower.percentage", .number, "UPower's display device percentage")
@@ -65,7 +66,7 @@ public struct Schema: Sendable {
         list.append(Entry(name: "time.of_day", type: .duration, nullable: false, doc: "local time since midnight", scope: .time))
         list.append(Entry(name: "time.weekday", type: weekdays, nullable: false, doc: "local day of the week", scope: .time))
         for (name, doc) in PolicySettings.documented {
-            s(name, name.hasSuffix("_percent") || name.hasSuffix("_celsius") ? .number : .duration, doc)
+            if case .duration? = PolicySettings.defaults[name] { s(name, .duration, doc) } else { s(name, .number, doc) }
         }
         return Schema(entries: Dictionary(uniqueKeysWithValues: list.map { ($0.name, $0) }), order: list.map(\.name))
     }()

@@ -4,6 +4,7 @@
 #include <glib.h>
 #include <glib-unix.h>
 #include <gio/gio.h>
+#include <gio/gunixfdlist.h>
 
 /* One C callback shape for every method call; Swift supplies it with a context pointer. */
 typedef void (*cgio_method_fn)(void *context, const char *sender, const char *method, GVariant *parameters,
@@ -98,5 +99,26 @@ static inline guint cgio_subscribe(GDBusConnection *connection, const char *send
     h->fn = fn; h->context = context;
     return g_dbus_connection_signal_subscribe(connection, sender, interface, member, path, NULL,
                                               G_DBUS_SIGNAL_FLAGS_NONE, cgio_signal_trampoline, h, g_free);
+}
+/* The system bus (DBUS_SYSTEM_BUS_ADDRESS or the standard socket), or NULL with *error set. */
+static inline GDBusConnection *cgio_system_bus(GError **error) {
+    return g_bus_get_sync(G_BUS_TYPE_SYSTEM, NULL, error);
+}
+
+/* logind's Inhibit(what, who, why, mode) → the lock's file descriptor, or -1 with *error set. */
+static inline int cgio_logind_inhibit(GDBusConnection *connection, const char *what, const char *who, const char *why,
+                                      const char *mode, GError **error) {
+    GUnixFDList *fds = NULL;
+    GVariant *r = g_dbus_connection_call_with_unix_fd_list_sync(connection, "org.freedesktop.login1",
+        "/org/freedesktop/login1", "org.freedesktop.login1.Manager", "Inhibit",
+        g_variant_new("(ssss)", what, who, why, mode), G_VARIANT_TYPE("(h)"), G_DBUS_CALL_FLAGS_NONE, 5000,
+        NULL, &fds, NULL, error);
+    if (r == NULL) return -1;
+    gint32 index = -1;
+    g_variant_get(r, "(h)", &index);
+    g_variant_unref(r);
+    int fd = (fds != NULL && index >= 0) ? g_unix_fd_list_get(fds, index, error) : -1;
+    if (fds != NULL) g_object_unref(fds);
+    return fd;
 }
 #endif

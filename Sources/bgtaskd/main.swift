@@ -39,6 +39,7 @@ struct Bgtaskd: ParsableCommand {
         options.busAddress = address
         options.policyFiles = policy
         options.quiet = quiet
+        options.watchSleep = !noDbus
         do {
             let daemon = try Daemon(options: options)
             throw ExitCode(try daemon.run())

@@ -13,16 +13,20 @@ final class SessionDaemon {
     let env: [String: String]
     var daemon: Child?
 
-    init(policy: PolicyEnv, preload: Bool) throws {
+    let arguments: [String]
+
+    /// `system`: a private system bus (mocked logind) for the daemon; without one it runs `--no-dbus`.
+    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil) throws {
         bus = try PrivateBus()
-        env = policy.environment(preload: preload, ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": nil])
+        env = policy.environment(preload: preload, ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system?.address])
+        arguments = system == nil ? ["--no-dbus"] : []
         try start()
     }
 
     deinit { daemon?.stop() }
 
     func start() throws {
-        let d = try Child(Child.bgtaskdPath, ["--no-dbus"], environment: env)
+        let d = try Child(Child.bgtaskdPath, arguments, environment: env)
         daemon = d
         // Its own line once the name is owned: an event, not a sleep.
         guard d.errorLine(within: 20, where: { $0.contains("serving io.github.bgtask.Scheduler1") }) != nil else {
@@ -244,5 +248,50 @@ extension UmockdevIntegrationTests {
         _ = try #require(d.said("flaky: started"), "not retried: \(d.daemon?.stderr ?? "")")
         _ = try #require(d.said("flaky: finished (exit 1)"), "\(d.daemon?.stderr ?? "")")
         #expect(try d.pending().isEmpty)            // the retries are used up
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("PrepareForSleep from mocked logind: the delay lock is held while tasks run, refresh work expires, the rest is frozen, the lock is released within 5 s; after resume the work goes on")
+    func sleepThroughLogind() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let logind = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        try logind.spawn(template: "logind", name: "org.freedesktop.login1")
+        let d = try SessionDaemon(policy: p, preload: true, system: logind.bus)
+        #expect(try d.bgtask(["submit", "--id", "work", "--", "sleep", "300"]).0 == 0)
+        _ = try #require(d.said("work: started"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["submit", "--id", "feed", "--kind", "refresh", "--", "sleep", "300"]).0 == 0)
+        let feedLine = try #require(d.said("feed: started"), "\(d.daemon?.stderr ?? "")")
+        let feed = try #require(startedPID(feedLine))
+
+        func inhibitors() throws -> String {
+            try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager.ListInhibitors", [])
+        }
+        let held = try inhibitors()
+        #expect(held.contains("'sleep:shutdown', 'bgtaskd'"), "no delay lock while tasks run: \(held)")
+        #expect(held.contains("'delay'"))
+
+        let t0 = Date()
+        try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
+                        ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<true>]"])
+        _ = try #require(d.said("delay lock released"), "\(d.daemon?.stderr ?? "")")
+        #expect(Date().timeIntervalSince(t0) < 5)
+        let released = try inhibitors()
+        #expect(!released.contains("bgtaskd"), "the lock is still held: \(released)")
+        let (_, tasks, _) = try d.bgtask(["tasks", "--json"])
+        let list = try #require(try JSONSerialization.jsonObject(with: Data(tasks.utf8)) as? [[String: Any]])
+        #expect(list.first { $0["id"] as? String == "work" }?["state"] as? String == "paused", "\(tasks)")
+        #expect(gone(feed, within: 5), "the refresh task was not expired")
+        let (_, why, _) = try d.bgtask(["why", "feed"])
+        #expect(why.contains("sleep.expire-refresh"), "\(why)")
+
+        try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
+                        ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<false>]"])
+        _ = try #require(d.said("work: resumed"), "\(d.daemon?.stderr ?? "")")
+        #expect(try inhibitors().contains("bgtaskd"), "the lock was not taken again after resume")
+        #expect(try d.bgtask(["cancel", "work"]).0 == 0)
     }
 }

@@ -7,9 +7,13 @@ final class MockServices {
     let bus: PrivateBus
     var mocks: [Child] = []
 
-    init() throws { bus = try PrivateBus() }
+    let overrides: [String: String?]
+    init(env overrides: [String: String?] = ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]) throws {
+        bus = try PrivateBus()
+        self.overrides = overrides
+    }
 
-    var env: [String: String] { bus.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]) }
+    var env: [String: String] { bus.environment(overrides) }
 
     func spawn(template: String, name: String) throws {
         mocks.append(try Child("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", template], environment: env))
