@@ -24,7 +24,9 @@ struct BuiltInPolicyTests {
         let (policy, errs) = PolicyLayers.load([.builtIn])
         #expect(errs.isEmpty)
         let rule = try #require(policy.rules.first { $0.id == "processing.needs-power" })
-        #expect(rule.location.description == "built-in:default.toml:22")
+        let lines = BuiltinPolicy.text.split(separator: "\n", omittingEmptySubsequences: false)
+        let header = try #require(lines.firstIndex { $0.contains("id = \"processing.needs-power\"") })   // 0-based
+        #expect(rule.location.description == "built-in:default.toml:\(header + 1)")
     }
 
     static let onBattery: [String: PolicyValue] = ["power.external": .bool(false), "power.reason": .string("BAT0 is discharging")]

@@ -14,11 +14,13 @@ final class SessionDaemon {
     var daemon: Child?
 
     let arguments: [String]
+    let daemonEnv: [String: String]
 
     /// `system`: a private system bus (mocked logind) for the daemon; without one it runs `--no-dbus`.
-    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil) throws {
+    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil, daemonEnv: [String: String] = [:]) throws {
         bus = try PrivateBus()
         env = policy.environment(preload: preload, ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system?.address])
+        self.daemonEnv = daemonEnv
         arguments = system == nil ? ["--no-dbus"] : []
         try start()
     }
@@ -26,7 +28,7 @@ final class SessionDaemon {
     deinit { daemon?.stop() }
 
     func start() throws {
-        let d = try Child(Child.bgtaskdPath, arguments, environment: env)
+        let d = try Child(Child.bgtaskdPath, arguments, environment: env.merging(daemonEnv) { $1 })
         daemon = d
         // Its own line once the name is owned: an event, not a sleep.
         guard d.errorLine(within: 20, where: { $0.contains("serving io.github.bgtask.Scheduler1") }) != nil else {
@@ -293,5 +295,69 @@ extension UmockdevIntegrationTests {
         _ = try #require(d.said("work: resumed"), "\(d.daemon?.stderr ?? "")")
         #expect(try inhibitors().contains("bgtaskd"), "the lock was not taken again after resume")
         #expect(try d.bgtask(["cancel", "work"]).0 == 0)
+    }
+}
+
+/// Random and wrong-typed calls to every method, through python-dbus (which sends any signature asked).
+let fuzzScript = #"""
+import dbus, random, string, sys
+random.seed(int(sys.argv[1]))
+bus = dbus.SessionBus()
+name, path, iface = "io.github.bgtask.Scheduler1", "/io/github/bgtask/Scheduler1", "io.github.bgtask.Scheduler1"
+methods = ["Submit", "Cancel", "CancelAll", "ListPending", "ListRunning", "DebugLaunch", "DebugExpire", "GetStatus", "Nope"]
+def rstr():
+    n = random.choice([0, 1, 5, 255, 256, 4000])
+    return "".join(random.choice(string.printable + "\u00e9\u2603\x01") for _ in range(n))
+def rval(sig):
+    return {"s": rstr, "u": lambda: dbus.UInt32(random.randint(0, 2**32 - 1)), "i": lambda: dbus.Int32(random.randint(-2**31, 2**31 - 1)),
+            "b": lambda: dbus.Boolean(random.random() < 0.5), "d": lambda: dbus.Double(random.choice([0.0, -1.0, 1e300, float("inf"), float("nan"), 3.5])),
+            "t": lambda: dbus.UInt64(random.randint(0, 2**64 - 1)), "x": lambda: dbus.Int64(random.randint(-2**63, 2**63 - 1)),
+            "as": lambda: dbus.Array([rstr() for _ in range(random.randint(0, 5))], signature="s"),
+            "a{sv}": lambda: dbus.Dictionary({random.choice(["id", "kind", "every", "earliest", "retry", "budget", "directory", "requires_network", rstr()]):
+                                               random.choice([dbus.String(rstr()), dbus.Double(random.uniform(-1e12, 1e12)), dbus.Boolean(True),
+                                                              dbus.UInt32(7), dbus.Array([], signature="s")])
+                                               for _ in range(random.randint(0, 4))}, signature="sv")}[sig]()
+sigs = ["", "s", "u", "b", "d", "t", "x", "as", "a{sv}", "ss", "a{sv}as", "a{sv}s", "asa{sv}", "sss", "a{sv}asu"]
+errors = replies = 0
+for i in range(int(sys.argv[2])):
+    m = random.choice(methods)
+    sig = random.choice(sigs)
+    parts, j = [], 0
+    while j < len(sig):
+        if sig.startswith("a{sv}", j): parts.append("a{sv}"); j += 5
+        elif sig.startswith("as", j): parts.append("as"); j += 2
+        else: parts.append(sig[j]); j += 1
+    try:
+        bus.call_blocking(name, path, iface, m, sig, [rval(p) for p in parts], timeout=10)
+        replies += 1
+    except dbus.exceptions.DBusException as e:
+        if e.get_dbus_name() in ("org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.ServiceUnknown"):
+            print("daemon gone after", m, sig, e); sys.exit(1)
+        errors += 1
+print(f"{replies} replies, {errors} errors")
+"""#
+
+extension UmockdevIntegrationTests {
+    @Test("every method called with random and wrong-typed arguments: a D-Bus error or a reply each time, and the daemon goes on")
+    func fuzzEveryMethod() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        // Random commands must not run anything: the daemon's PATH is an empty directory.
+        let empty = p.dir.appendingPathComponent("empty-path")
+        try FileManager.default.createDirectory(at: empty, withIntermediateDirectories: true)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: ["PATH": empty.path])
+        let script = p.dir.appendingPathComponent("fuzz.py")
+        try fuzzScript.write(to: script, atomically: true, encoding: .utf8)
+        var env = d.env
+        env["LD_PRELOAD"] = nil
+        let (s, out, err) = try Child.run("/usr/bin/python3", [script.path, "1", "400"], environment: env, deadline: 120)
+        #expect(s == 0, "\(out) \(err)")
+        #expect(out.contains("errors"), "\(out)")
+        let (gs, status, ge) = try d.bgtask(["pending", "--json"])
+        #expect(gs == 0, "the daemon stopped answering: \(ge) \(d.daemon?.stderr.suffix(2000) ?? "")")
+        #expect(status.hasPrefix("["))
+        #expect(d.daemon?.process.isRunning == true)
     }
 }

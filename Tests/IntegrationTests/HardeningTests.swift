@@ -18,7 +18,8 @@ struct HardeningTests {
         let env = p.environment(preload: false, ["BGTASK_POLICY_DIR": nil])
         let r = try Child.run(alone, ["run", "--requires-external-power", "--no-wait", "--", "true"], environment: env)
         #expect(r.0 == 75, "\(r.2)")
-        #expect(r.2.contains("waiting for external power (BAT0 is discharging") && r.2.contains("built-in:default.toml:22"), "\(r.2)")
+        let line = try powerRuleLine()
+        #expect(r.2.contains("waiting for external power (BAT0 is discharging") && r.2.contains("built-in:default.toml:\(line)"), "\(r.2)")
         let show = try Child.run(alone, ["policy", "show"], environment: env)
         #expect(show.1.contains("# layers: built-in:default.toml"), "\(show.1)")
 
@@ -403,4 +404,11 @@ struct HardeningTests {
         let line = watch.line(within: 10) { $0.contains("overflow") }
         #expect(line?.contains("rtnetlink overflow (ENOBUFS): re-read everything") == true, "\(watch.stderr)")
     }
+}
+
+/// The line (1-based) of processing.needs-power's id in the shipped default policy.
+func powerRuleLine() throws -> Int {
+    let text = try String(contentsOf: repoRoot.appendingPathComponent("Policies/default.toml"), encoding: .utf8)
+    let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+    return try #require(lines.firstIndex { $0.contains("id = \"processing.needs-power\"") }) + 1
 }
