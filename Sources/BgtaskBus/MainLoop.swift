@@ -11,6 +11,13 @@ public final class MainLoop {
     var watches: [Watch] = []
     var timer: guint = 0
     var timerAction: (() -> Void)?
+    var later: [Later] = []
+
+    final class Later {
+        let action: () -> Void
+        var id: guint = 0
+        init(_ action: @escaping () -> Void) { self.action = action }
+    }
 
     final class Watch {
         let action: () -> Void
@@ -22,6 +29,7 @@ public final class MainLoop {
     deinit {
         if timer != 0 { g_source_remove(timer) }
         for w in watches { g_source_remove(w.id) }
+        for l in later where l.id != 0 { g_source_remove(l.id) }
         g_main_loop_unref(loop)
     }
 
@@ -47,6 +55,19 @@ public final class MainLoop {
             me.timerAction?()
             return 0
         }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Calls `action` once, `seconds` from now, independently of the main timer (debounces, retries).
+    public func after(_ seconds: Double, _ action: @escaping () -> Void) {
+        let l = Later(action)
+        later.append(l)
+        l.id = g_timeout_add(guint(max(0, min(3_600_000, (seconds * 1000).rounded(.up)))), { ctx in
+            let l = Unmanaged<Later>.fromOpaque(ctx!).takeUnretainedValue()
+            l.action()
+            l.id = 0
+            return 0
+        }, Unmanaged.passUnretained(l).toOpaque())
+        later.removeAll { $0.id == 0 && $0 !== l }
     }
 
     public func run() { g_main_loop_run(loop) }

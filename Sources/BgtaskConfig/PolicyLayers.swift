@@ -63,6 +63,18 @@ public enum PolicyLayers {
         return (replaced ? [] : [.builtIn]) + (files + extra).map(PolicySource.file)
     }
 
+    /// The directories whose files make up the layers (those of `extra` files too): what a reloading
+    /// daemon watches. Missing ones are included; the caller watches what exists.
+    public static func directories(extra: [String] = []) -> [String] {
+        var dirs = [shippedDirectory, systemDirectory, userDirectory].compactMap { $0 }
+        for f in extra {
+            let d = f.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+            dirs.append(d.isEmpty ? (f.hasPrefix("/") ? "/" : ".") : d)
+        }
+        var seen: Set<String> = []
+        return dirs.filter { seen.insert($0).inserted }
+    }
+
     static func listTOML(_ dir: String) -> [String] {
         guard let d = opendir(dir) else { return [] }
         defer { closedir(d) }

@@ -80,6 +80,8 @@ public final class Daemon {
     var inhibitRefusedSaid = false
     /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
     var sleeping = false
+    var policyWatchFD: Int32 = -1
+    var reloadGeneration = 0
     /// The newest readings from the watcher (before the daemon's own conditions are added).
     var readings: [String: PolicyValue]?
     public private(set) var exitStatus: Int32 = 0
@@ -150,6 +152,7 @@ public final class Daemon {
             self.afterRound(conditionsChanged: true)
         }
         watchSleep()
+        watchPolicyFiles()
         afterRound(conditionsChanged: false)
         loop.run()
         return exitStatus

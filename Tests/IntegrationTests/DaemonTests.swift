@@ -361,3 +361,35 @@ extension UmockdevIntegrationTests {
         #expect(d.daemon?.process.isRunning == true)
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("a policy file edited while bgtaskd runs is applied to waiting work; a broken one keeps the last good policy and pending warns")
+    func policyReloadsOnFileChange() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "later", "--requires-external-power", "--", "true"]).0 == 0)
+        _ = try #require(d.said("later: waiting"), "\(d.daemon?.stderr ?? "")")
+
+        try p.userPolicy("70-night.toml", """
+        [[rule]]
+        id = "user.not-now"
+        when = 'task.id == "later"'
+        verdict = "pause"
+        reason = "not now"
+        """)
+        _ = try #require(d.said("policy reloaded"), "no reload after a new file: \(d.daemon?.stderr ?? "")")
+        let entry = try #require(try d.pending().first)
+        #expect(entry["rule"] as? String == "user.not-now", "\(entry)")   // pause is stricter than defer: it decides now
+        #expect((entry["location"] as? String)?.hasSuffix("70-night.toml:2") == true, "\(entry)")
+
+        try p.userPolicy("70-night.toml", "[[rule]]\nid = \"broken\"\nwhen = 'thermal.state > \"warm\"'\nverdict = \"defer\"\n")
+        _ = try #require(d.said("the last good policy stays in force"), "\(d.daemon?.stderr ?? "")")
+        let (_, text, _) = try d.bgtask(["pending"])
+        #expect(text.contains("warning:") && text.contains("70-night.toml:3"), "\(text)")
+        #expect(try d.pending().count == 1)
+    }
+}
