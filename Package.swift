@@ -42,7 +42,7 @@ let package = Package(
 
         // Configuration shared by the CLI and the daemon: policy layers (and the built-in default), state
         // and runtime directories by the XDG rules, and the ownership checks on them.
-        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProbes"]),
+        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProbes", .product(name: "TOMLKit", package: "TOMLKit")]),
 
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
         // Also the task's events for observers, the trace format, and the meeting of readings and policy values.
@@ -84,7 +84,7 @@ let package = Package(
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

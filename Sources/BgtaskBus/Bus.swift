@@ -220,6 +220,13 @@ public final class BusConnection: @unchecked Sendable {
         g_dbus_connection_emit_signal(raw, nil, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
     }
 
+    /// Emits a signal of the scheduler's interface to one connection only (an app's launches and expirations).
+    public func emitTo(_ destination: String, _ member: String, _ args: [BusValue]) {
+        var children: [OpaquePointer?] = args.map { $0.variant() }
+        let params = g_variant_new_tuple(&children, gsize(children.count))
+        g_dbus_connection_emit_signal(raw, destination, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
+    }
+
     /// Sends what is queued (signals) before the process goes on or exits.
     public func flush() { g_dbus_connection_flush_sync(raw, nil, nil) }
 }

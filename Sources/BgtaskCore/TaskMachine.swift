@@ -68,6 +68,9 @@ public struct TaskLimits: Sendable, Equatable {
     public var cpuMonitorInterval = 1.0
     /// Not started before this instant (Apple's `earliestBeginDate`: a floor, not a time), on the machine's clock.
     public var earliest: Double?
+    /// A defer or pause verdict expires the running task instead of freezing it: an app's task runs inside
+    /// the app, which cannot be frozen for one of its tasks (the app's expiration handler runs instead).
+    public var pauseExpires = false
 
     public init(budget: Double? = nil, maxWait: Double? = nil, noWait: Bool = false, expireGrace: Double = 10,
                 cpuMonitorPercent: Double? = nil) {
@@ -328,6 +331,12 @@ public struct TaskMachine: Sendable {
             let new = d.cpuPercent ?? 100
             phase = .running(cpuCap: new)
             return cap == new ? [] : [.throttle(cpuPercent: new)]
+        case (.running, .defer), (.running, .pause) where limits.pauseExpires:
+            let g = d.grace ?? limits.expireGrace
+            phase = .expiring(killAt: now + g, killed: false)
+            expiredByUs = true
+            monitorDue = nil
+            return [.expire(grace: g, why: .verdict)]
         case (.running(let cap), .defer), (.running(let cap), .pause):
             phase = .paused(cpuCap: cap)
             return [.pause]

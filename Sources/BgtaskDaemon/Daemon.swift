@@ -80,6 +80,13 @@ public final class Daemon {
     var inhibitRefusedSaid = false
     /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
     var sleeping = false
+    var apps: [String: AppManifest] = [:]
+    var manifestErrors: [PolicyError] = []
+    var disabledApps: Set<String> = []
+    var clients: [String: AppClient] = [:]
+    var views: [String: AppTaskView] = [:]
+    /// App processes bgtaskd started for background work, by app id.
+    var launchedApps: [String: TaskProcess] = [:]
     var policyWatchFD: Int32 = -1
     var reloadGeneration = 0
     /// The newest readings from the watcher (before the daemon's own conditions are added).
@@ -125,6 +132,7 @@ public final class Daemon {
             throw DaemonError(message: "\(error)", status: ExitStatus.failure)
         }
         try? audit.prune(now: wallClockNow())
+        loadApps()
         recoverInterrupted()
 
         do {
@@ -153,6 +161,7 @@ public final class Daemon {
         }
         watchSleep()
         watchPolicyFiles()
+        watchAppConnections()
         afterRound(conditionsChanged: false)
         loop.run()
         return exitStatus
@@ -174,7 +183,8 @@ public final class Daemon {
         o.runID = row.runID ?? "\(row.id)-d\(getpid())-\(Int(wall))-\(sequence)"
         o.earliest = row.earliest.map { mono + ($0 - wall) }
         o.workingDirectory = row.directory
-        o.outputPath = outputPath(row.id)
+        o.outputPath = row.isAppTask ? nil : outputPath(row.id)
+        o.pauseExpires = row.isAppTask
         o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
         o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
         o.quiet = options.quiet
@@ -183,6 +193,7 @@ public final class Daemon {
         s.speaker = "bgtaskd"
         s.slot = { [unowned self] t in self.limits.slot(for: t, load: self.load) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
+        if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         let e = Entry(row: row, supervisor: s)
         pending[row.id] = e
         if let c = conditions { s.conditionsChanged(c, now: mono) }
@@ -346,7 +357,9 @@ public final class Daemon {
             switch sig {
             case SIGCHLD:
                 events.reap(running.values.map(\.supervisor))
+                reapApps()
             case SIGHUP:
+                loadApps()
                 reload()
             default:
                 shutdown(signal: sig)

@@ -42,6 +42,79 @@ public enum SchedulerInterface {
         <method name="GetStatus">
           <arg name="status" type="a{sv}" direction="out"/>
         </method>
+        <!-- Whether continued tasks may ask for a GPU here (a usable DRM render node): ["gpu"] or []. -->
+        <method name="GetSupportedResources">
+          <arg name="resources" type="as" direction="out"/>
+        </method>
+        <!-- The app manifests bgtaskd knows, each with whether the user has its background work on; a
+             manifest that does not load appears as {"error": "file:line: message"}. -->
+        <method name="ListApps">
+          <arg name="apps" type="aa{sv}" direction="out"/>
+        </method>
+        <!-- The user's switch for an app's background work (Background App Refresh). Off cancels its pending work. -->
+        <method name="SetAppEnabled">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="enabled" type="b" direction="in"/>
+        </method>
+        <!-- For apps (the BackgroundTasks library). The app id is checked: a Flatpak app's comes from its
+             sandbox; any other must have a manifest. -->
+        <method name="AppRegister">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+        </method>
+        <method name="AppReady">
+          <arg name="app_id" type="s" direction="in"/>
+        </method>
+        <method name="AppSubmit">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="request" type="a{sv}" direction="in"/>
+        </method>
+        <method name="AppCancel">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+        </method>
+        <method name="AppCancelAll">
+          <arg name="app_id" type="s" direction="in"/>
+        </method>
+        <method name="AppPending">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="tasks" type="aa{sv}" direction="out"/>
+        </method>
+        <method name="AppComplete">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+          <arg name="success" type="b" direction="in"/>
+        </method>
+        <method name="AppProgress">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+          <arg name="completed" type="t" direction="in"/>
+          <arg name="total" type="t" direction="in"/>
+        </method>
+        <method name="AppUpdateTitle">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+          <arg name="title" type="s" direction="in"/>
+          <arg name="subtitle" type="s" direction="in"/>
+        </method>
+        <!-- To one app: run the launch handler of this task (kind: refresh, processing, continued). -->
+        <signal name="Launch">
+          <arg name="app_id" type="s"/>
+          <arg name="identifier" type="s"/>
+          <arg name="kind" type="s"/>
+        </signal>
+        <!-- To one app: run the task's expiration handler; complete it within the grace. -->
+        <signal name="Expire">
+          <arg name="app_id" type="s"/>
+          <arg name="identifier" type="s"/>
+          <arg name="reason" type="s"/>
+        </signal>
+        <!-- A continued task's progress, for whoever shows it. -->
+        <signal name="TaskProgress">
+          <arg name="id" type="s"/>
+          <arg name="completed" type="t"/>
+          <arg name="total" type="t"/>
+        </signal>
         <!-- A task changed state: pending, running, throttled, paused, expiring, finished, cancelled. -->
         <signal name="TaskChanged">
           <arg name="id" type="s"/>

@@ -40,6 +40,7 @@ extension Daemon {
             return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "bgtaskd serves only uid \(getuid())"))
         }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
+        if let r = handleApp(call) { return r }
         switch call.method {
         case "Submit":
             guard call.args.count == 2, case .dict(let opts)? = call.args[0], let argv = call.args[1]?.strings else {
@@ -217,6 +218,11 @@ extension Daemon {
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { d["cpu_share"] = .double(cpu / runtime * 100) }
             }
             if case .running(let cap?) = s.machine.phase { d["cpu_cap"] = .uint32(UInt32(cap)) }
+            if let v = views[e.row.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+                if let t = v.title { d["title"] = .string(t) }
+                if let t = v.subtitle { d["subtitle"] = .string(t) }
+                if v.total > 0 { d["progress_completed"] = .uint64(v.completed); d["progress_total"] = .uint64(v.total) }
+            }
             if let m = s.taskProcess?.mechanism { d["mechanism"] = .string(m.rawValue) }
             return d
         }

@@ -42,6 +42,14 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public var childStart: Int64?
     public var cgroup: String?
     public var started: Double?
+    /// App tasks: what the user sees of a continued task, its submission strategy (queue, fail), resources (JSON list).
+    public var title: String?
+    public var subtitle: String?
+    public var strategy: String?
+    public var resources: String?
+
+    /// A task an app handles (its command is the app's, from its manifest), not a command of its own.
+    public var isAppTask: Bool { app != "cli" }
 
     public init(id: String, app: String = "cli", kind: String, argv: [String], submitted: Double) {
         self.id = id
@@ -55,7 +63,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         case id, app, kind, argv, requiresExternalPower = "requires_external_power", requiresNetwork = "requires_network"
         case requiresUnmetered = "requires_unmetered", cpuHeavy = "cpu_heavy", userInitiated = "user_initiated"
         case earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID = "run_id", pgid
-        case childStart = "child_start", cgroup, started
+        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources
     }
 
     /// This request waiting again (after a crash, a retry, or for its next period): no process, no start.
@@ -137,6 +145,14 @@ public final class QueueStore: @unchecked Sendable {
                     t.column("started", .double)
                 }
                 try db.create(index: "request_app", on: "request", columns: ["app"])
+            }
+            m.registerMigration("v2-apps") { db in
+                try db.alter(table: "request") { t in
+                    t.add(column: "title", .text)
+                    t.add(column: "subtitle", .text)
+                    t.add(column: "strategy", .text)
+                    t.add(column: "resources", .text)
+                }
             }
             try m.migrate(db)
         } catch let e as QueueError {

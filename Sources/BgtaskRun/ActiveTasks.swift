@@ -163,7 +163,7 @@ enum ProcInfo {
 }
 
 /// A zombie has exited; kill(pid, 0) still succeeds on it.
-func isAlive(_ pid: pid_t) -> Bool {
+public func isAlive(_ pid: pid_t) -> Bool {
     guard kill(pid, 0) == 0 || errno == EPERM else { return false }
     guard let stat = ProcStat.read("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return true }
     return !stat[stat.index(after: close)...].hasPrefix(" Z")

@@ -28,11 +28,14 @@ public struct RunOptions: Sendable {
     public var environment: [String] = []
     /// Not before this instant, on the monotonic clock (the daemon's `--earliest`).
     public var earliest: Double?
+    /// An app's task: a defer or pause verdict expires it (see `TaskLimits.pauseExpires`).
+    public var pauseExpires = false
 
     /// The core's limits for this task: the command line's on top of the policy's settings.
     public func limits(_ settings: PolicySettings) -> TaskLimits {
         var l = TaskLimits.from(settings: settings, task: task, budget: budget, maxWait: maxWait, noWait: noWait, cpuMonitor: cpuMonitor)
         l.earliest = earliest
+        l.pauseExpires = pauseExpires
         return l
     }
 

@@ -7,6 +7,17 @@ import BgtaskPolicy
 import BgtaskProbes
 import CLinux
 
+/// What stands in for a process when the task runs inside an app (bgtaskd's app tasks): the app is told to
+/// start and to stop, and says when it is done (`Supervisor.appCompleted`).
+public protocol AppTaskHooks: AnyObject {
+    /// Delivers the task to its app (launching the app first if it is not running); says what was done.
+    func start(_ s: Supervisor) -> String
+    /// Tells the app its task expires (its expiration handler runs).
+    func expire(_ s: Supervisor, reason: String)
+    /// The grace is over and the app has not completed the task: ends it; says what was done.
+    func kill(_ s: Supervisor) -> String
+}
+
 /// One task under supervision: the core's `TaskMachine` and the process it drives. It receives events
 /// (conditions, the clock, signals, its child's exit), gives them to the machine, and carries out the
 /// machine's actions on the process; it records each one, then says it. An `EventLoop` runs any number
@@ -31,6 +42,8 @@ public final class Supervisor {
     public var onEvent: ((Supervisor, RunEvent.Kind) -> Void)?
     /// What its messages on stderr start with.
     public var speaker = "bgtask"
+    /// Set for a task that runs inside an app: no process is spawned for it.
+    public var app: AppTaskHooks?
     /// Why it waits, as last said (the rule and its file:line, or what held back a start the policy allowed).
     public private(set) var waitingReason = ""
     /// The decision behind `waitingReason`.
@@ -172,6 +185,15 @@ public final class Supervisor {
         perform(actions, d, now: now)
     }
 
+    /// The app says its task is done (`setTaskCompleted(success:)`), or it went away without saying so.
+    public func appCompleted(success: Bool, detail: String) {
+        guard !machine.isDone, machine.startedAt != nil else { return }
+        let code: Int32 = success ? 0 : 1
+        machine.exited(status: code)
+        record(.finished, detail, status: code)
+        say("finished (\(detail))")
+    }
+
     /// Re-evaluates now (the daemon: a slot came free, the policy was reloaded, the machine resumed).
     public func reevaluate(now: Double) { evaluate(now: now) }
 
@@ -185,6 +207,12 @@ public final class Supervisor {
     public func expireNow(now: Double, why: String) {
         let actions = machine.expire(now: now)
         guard !actions.isEmpty else { return }
+        if let a = app {
+            a.expire(self, reason: why)
+            record(.expired, "the app was told: \(why); it has \(formatDuration(machine.limits.expireGrace)) to complete")
+            say("expired (\(why)); the app has \(formatDuration(machine.limits.expireGrace)) to complete")
+            return
+        }
         process?.thawForSignal()
         process?.signal(SIGTERM)
         dutyAt = nil
@@ -196,6 +224,11 @@ public final class Supervisor {
     func perform(_ actions: [TaskAction], _ d: Decision?, now: Double, note: String? = nil) {
         for a in actions {
             switch a {
+            case .start where app != nil:
+                let what = app!.start(self)
+                let waited = now - enqueuedAt
+                record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
+                say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + ": \(what)")
             case .start:
                 if let out = options.outputPath { OutputFile.rotate(out) }
                 do {
@@ -234,6 +267,20 @@ public final class Supervisor {
                 if process?.cap != nil, process?.mechanism == .signals { dutyAt = now }
                 record(.resumed, "resumed", decision: d)
                 say("resumed")
+            case .expire(let grace, let why) where app != nil:
+                let reason: String
+                switch why {
+                case .verdict: reason = explain(d)
+                case .budget(let b): reason = "budget used up (\(formatDuration(b)))"
+                }
+                app!.expire(self, reason: reason)
+                record(.expired, "the app was told: \(reason); it has \(formatDuration(grace)) to complete", decision: d)
+                say("expired: \(reason); the app has \(formatDuration(grace)) to complete")
+            case .kill where app != nil:
+                let what = app!.kill(self)
+                record(.killed, what)
+                say(what)
+                appCompleted(success: false, detail: "not completed after its expiration and grace")
             case .expire(let grace, let why):
                 process?.thawForSignal()
                 process?.signal(SIGTERM)

@@ -12,7 +12,7 @@ struct Bgtask: ParsableCommand {
         commandName: "bgtask",
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
         version: bgtaskVersion,
-        subcommands: [Run.self, Submit.self, Pending.self, Tasks.self, Cancel.self, Output.self, Debug.self,
+        subcommands: [Run.self, Submit.self, Pending.self, Tasks.self, Cancel.self, Output.self, Debug.self, Apps.self,
                       Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self])
 
     static func main() {

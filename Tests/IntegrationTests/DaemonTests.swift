@@ -17,9 +17,11 @@ final class SessionDaemon {
     let daemonEnv: [String: String]
 
     /// `system`: a private system bus (mocked logind) for the daemon; without one it runs `--no-dbus`.
-    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil, daemonEnv: [String: String] = [:]) throws {
+    /// `daemonEnv`: for the daemon only; `extraEnv`: for the daemon and every `bgtask` call.
+    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil, daemonEnv: [String: String] = [:], extraEnv: [String: String] = [:]) throws {
         bus = try PrivateBus()
         env = policy.environment(preload: preload, ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system?.address])
+            .merging(extraEnv) { $1 }
         self.daemonEnv = daemonEnv
         arguments = system == nil ? ["--no-dbus"] : []
         try start()
@@ -304,7 +306,9 @@ import dbus, random, string, sys
 random.seed(int(sys.argv[1]))
 bus = dbus.SessionBus()
 name, path, iface = "io.github.bgtask.Scheduler1", "/io/github/bgtask/Scheduler1", "io.github.bgtask.Scheduler1"
-methods = ["Submit", "Cancel", "CancelAll", "ListPending", "ListRunning", "DebugLaunch", "DebugExpire", "GetStatus", "Nope"]
+methods = ["Submit", "Cancel", "CancelAll", "ListPending", "ListRunning", "DebugLaunch", "DebugExpire", "GetStatus", "Nope",
+           "GetSupportedResources", "ListApps", "SetAppEnabled", "AppRegister", "AppReady", "AppSubmit", "AppCancel",
+           "AppCancelAll", "AppPending", "AppComplete", "AppProgress", "AppUpdateTitle"]
 def rstr():
     n = random.choice([0, 1, 5, 255, 256, 4000])
     return "".join(random.choice(string.printable + "\u00e9\u2603\x01") for _ in range(n))
@@ -317,7 +321,8 @@ def rval(sig):
                                                random.choice([dbus.String(rstr()), dbus.Double(random.uniform(-1e12, 1e12)), dbus.Boolean(True),
                                                               dbus.UInt32(7), dbus.Array([], signature="s")])
                                                for _ in range(random.randint(0, 4))}, signature="sv")}[sig]()
-sigs = ["", "s", "u", "b", "d", "t", "x", "as", "a{sv}", "ss", "a{sv}as", "a{sv}s", "asa{sv}", "sss", "a{sv}asu"]
+sigs = ["", "s", "u", "b", "d", "t", "x", "as", "a{sv}", "ss", "a{sv}as", "a{sv}s", "asa{sv}", "sss", "a{sv}asu",
+        "sb", "sa{sv}", "ssb", "sstt", "ssss", "st"]
 errors = replies = 0
 for i in range(int(sys.argv[2])):
     m = random.choice(methods)

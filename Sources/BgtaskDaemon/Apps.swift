@@ -1,0 +1,375 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskQueue
+import BgtaskRun
+
+/// An app that talks to the daemon (the BackgroundTasks library in it).
+final class AppClient {
+    let id: String
+    /// Its unique name on the bus: launches and expirations are sent to it alone.
+    var connection: String
+    var pid: pid_t?
+    var registered: Set<String> = []
+    /// It said it has registered its launch handlers: tasks may be delivered now.
+    var ready = false
+    init(id: String, connection: String, pid: pid_t?) {
+        self.id = id
+        self.connection = connection
+        self.pid = pid
+    }
+}
+
+/// A continued task's progress and what the user sees of it.
+struct AppTaskView {
+    var title: String?
+    var subtitle: String?
+    var completed: UInt64 = 0
+    var total: UInt64 = 0
+}
+
+/// The supervisor's stand-in for a process, for a task that runs inside its app.
+final class AppTask: AppTaskHooks {
+    unowned let daemon: Daemon
+    let app: String
+    let identifier: String
+    /// Started but not yet handed to the app (it is being launched, or has not said it is ready).
+    var delivered = false
+    init(daemon: Daemon, app: String, identifier: String) {
+        self.daemon = daemon
+        self.app = app
+        self.identifier = identifier
+    }
+    func start(_ s: Supervisor) -> String { daemon.deliver(self, kind: s.machine.task.kind) }
+    func expire(_ s: Supervisor, reason: String) { daemon.tellExpire(self, reason: reason) }
+    func kill(_ s: Supervisor) -> String { daemon.endApp(self) }
+}
+
+/// The sandbox's word for a Flatpak caller's app id (never what the caller claims): `[Application] name=`
+/// in its `/.flatpak-info`, seen through `/proc/PID/root`. nil for a process outside Flatpak.
+enum Flatpak {
+    static func appID(pid: pid_t) -> String? {
+        guard case .success(let bytes) = FileIO.readBytes("/proc/\(pid)/root/.flatpak-info", limit: 64 * 1024) else { return nil }
+        var inApplication = false
+        for raw in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+            let line = raw.filter { $0 != "\r" }
+            if line.hasPrefix("[") { inApplication = line == "[Application]"; continue }
+            if inApplication, line.hasPrefix("name=") { return String(line.dropFirst(5)) }
+        }
+        return nil
+    }
+}
+
+extension Daemon {
+    static let appSubmitKeys: Set<String> = ["identifier", "kind", "earliest", "requires_network", "requires_external_power",
+                                             "title", "subtitle", "strategy", "resources"]
+
+    /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
+    func loadApps() {
+        let (found, errors) = AppManifests.load()
+        apps = found
+        manifestErrors = errors
+        disabledApps = AppManifests.disabled()
+        for e in errors { say("manifest skipped: \(e.description)") }
+    }
+
+    /// Whether a render node exists and this user can open it (`supportedResources` contains `.gpu`).
+    var gpuUsable: Bool {
+        guard let d = opendir("/sys/class/drm") else { return false }
+        defer { closedir(d) }
+        while let e = readdir(d) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            if name.hasPrefix("renderD"), access("/dev/dri/" + name, R_OK | W_OK) == 0 { return true }
+        }
+        return false
+    }
+
+    /// Who is calling for `claimed`: a Flatpak app is who its sandbox says; another caller must name an app
+    /// with a manifest. A disabled app is `Unavailable`, as Background App Refresh switched off is on iOS.
+    func appIdentity(_ call: BusCall, claimed: String) -> Result<AppManifest, BusError> {
+        let pid = object?.credentials(of: call.sender).pid
+        if let p = pid, let sandboxed = Flatpak.appID(pid: p), sandboxed != claimed {
+            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "a Flatpak app's id comes from its sandbox (\(sandboxed)), not from the call (\(claimed))"))
+        }
+        guard let m = apps[claimed] else {
+            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "no manifest for \(claimed) (\(AppManifests.directories().first ?? "")/\(claimed).toml)"))
+        }
+        if disabledApps.contains(claimed) {
+            return .failure(BusError(SchedulerBus.ErrorName.unavailable, "background work of \(claimed) is turned off (bgtask apps enable \(claimed))"))
+        }
+        return .success(m)
+    }
+
+    func client(_ app: String, _ call: BusCall) -> AppClient {
+        if let c = clients[app], c.connection == call.sender { return c }
+        let c = AppClient(id: app, connection: call.sender, pid: object?.credentials(of: call.sender).pid)
+        clients[app] = c
+        return c
+    }
+
+    func handleApp(_ call: BusCall) -> Result<[BusValue], BusError>? {
+        func bad(_ m: String) -> Result<[BusValue], BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, m)) }
+        func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
+        switch call.method {
+        case "GetSupportedResources":
+            return .success([.strings(gpuUsable ? ["gpu"] : [])])
+        case "ListApps":
+            var list: [[String: BusValue]] = apps.values.sorted { $0.id < $1.id }.map { m in
+                ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
+                 "kinds": .strings(m.kinds.sorted()), "resources": .strings(m.resources.sorted()), "enabled": .bool(!disabledApps.contains(m.id)),
+                 "connected": .bool(clients[m.id] != nil)]
+            }
+            list += manifestErrors.map { ["error": .string($0.description)] }
+            return .success([.dicts(list)])
+        case "SetAppEnabled":
+            guard let app = str(0), AppManifest.validID(app), call.args.count == 2, let on = call.args[1]?.bool else { return bad("SetAppEnabled takes (s app_id, b enabled)") }
+            do { try AppManifests.setEnabled(app, on) } catch { return .failure(BusError(SchedulerBus.ErrorName.failed, "\(error)")) }
+            disabledApps = AppManifests.disabled()
+            if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id) } }
+            say("\(app): background work turned \(on ? "on" : "off")")
+            return .success([])
+        default:
+            break
+        }
+        guard call.method.hasPrefix("App") else { return nil }
+        guard let app = str(0) else { return bad("\(call.method) takes the app id first") }
+        let manifest: AppManifest
+        switch appIdentity(call, claimed: app) {
+        case .failure(let e): return .failure(e)
+        case .success(let m): manifest = m
+        }
+        switch call.method {
+        case "AppRegister":
+            guard let identifier = str(1) else { return bad("AppRegister takes (s app_id, s identifier)") }
+            guard manifest.permits(identifier) else {
+                return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(app)'s permitted identifiers (\(manifest.path))"))
+            }
+            client(app, call).registered.insert(identifier)
+            return .success([])
+        case "AppReady":
+            let c = client(app, call)
+            c.ready = true
+            for e in running.values where e.row.app == app {
+                if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.row.id): \(deliver(t, kind: e.row.kind))") }
+            }
+            return .success([])
+        case "AppSubmit":
+            guard call.args.count == 2, case .dict(let opts)? = call.args[1] else { return bad("AppSubmit takes (s app_id, a{sv} request)") }
+            return appSubmit(manifest, opts, call).map { [] }
+        case "AppCancel":
+            guard let identifier = str(1) else { return bad("AppCancel takes (s app_id, s identifier)") }
+            if let e = pending[appKey(app, identifier)] {
+                _ = cancel(e.row.id)
+            }
+            return .success([])
+        case "AppCancelAll":
+            for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id) }
+            return .success([])
+        case "AppPending":
+            let mine = listPending().filter { $0["app"]?.string == app }.map { d -> [String: BusValue] in
+                var d = d
+                d["identifier"] = d["id"].flatMap { $0.string }.map { .string(identifierOf($0, app: app)) }
+                return d
+            }
+            return .success([.dicts(mine)])
+        case "AppComplete":
+            guard let identifier = str(1), call.args.count == 3, let ok = call.args[2]?.bool else { return bad("AppComplete takes (s app_id, s identifier, b success)") }
+            guard let e = running[appKey(app, identifier)] else {
+                return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) of \(app) is not running"))
+            }
+            e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
+            views[e.row.id] = nil
+            return .success([])
+        case "AppProgress":
+            guard let identifier = str(1), call.args.count == 4, let done = call.args[2]?.number, let total = call.args[3]?.number else {
+                return bad("AppProgress takes (s app_id, s identifier, t completed, t total)")
+            }
+            guard let e = running[appKey(app, identifier)] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) is not running")) }
+            var v = views[e.row.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
+            v.completed = UInt64(max(0, min(done, 1e18)))
+            v.total = UInt64(max(0, min(total, 1e18)))
+            views[e.row.id] = v
+            bus.emit("TaskProgress", [.string(e.row.id), .uint64(v.completed), .uint64(v.total)])
+            return .success([])
+        case "AppUpdateTitle":
+            guard let identifier = str(1), let title = str(2), let subtitle = str(3) else {
+                return bad("AppUpdateTitle takes (s app_id, s identifier, s title, s subtitle)")
+            }
+            guard title.utf8.count <= 1024, subtitle.utf8.count <= 1024 else { return bad("a title or subtitle is over 1024 bytes") }
+            guard let e = running[appKey(app, identifier)] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) is not running")) }
+            var v = views[e.row.id] ?? AppTaskView()
+            v.title = title
+            v.subtitle = subtitle
+            views[e.row.id] = v
+            return .success([])
+        default:
+            return .failure(BusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.method)"))
+        }
+    }
+
+    /// An app's task is kept in the queue as `APP/IDENTIFIER`: identifiers of two apps never collide.
+    func appKey(_ app: String, _ identifier: String) -> String { app + "/" + identifier }
+    func identifierOf(_ key: String, app: String) -> String { key.hasPrefix(app + "/") ? String(key.dropFirst(app.count + 1)) : key }
+
+    func appSubmit(_ m: AppManifest, _ opts: [String: BusValue], _ call: BusCall) -> Result<Void, BusError> {
+        func bad(_ s: String) -> Result<Void, BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, s)) }
+        if let unknown = opts.keys.sorted().first(where: { !Daemon.appSubmitKeys.contains($0) }) { return bad("unknown request key '\(unknown)'") }
+        guard let identifier = opts["identifier"]?.string else { return bad("identifier (s) is required") }
+        if let why = RequestBounds.checkID(identifier) { return bad(why) }
+        guard let kind = opts["kind"]?.string, AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
+        guard m.permits(identifier) else {
+            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
+        }
+        guard m.kinds.contains(kind) else {
+            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
+        }
+        if !allowSubmit(call.sender) {
+            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, "too many submissions; slow down"))
+        }
+        let key = appKey(m.id, identifier)
+        var row = QueuedTask(id: key, app: m.id, kind: kind, argv: m.command, submitted: wallClockNow())
+        row.runID = Daemon.newRunID(key)
+        for (k, path) in [("requires_external_power", \QueuedTask.requiresExternalPower), ("requires_network", \.requiresNetwork)] {
+            guard let v = opts[k] else { continue }
+            guard let b = v.bool else { return bad("\(k) must be a boolean") }
+            row[keyPath: path] = b
+        }
+        if kind == "continued" { row.userInitiated = true }
+        if let e = opts["earliest"] {
+            guard let t = e.number, t.isFinite, t >= 0, t <= wallClockNow() + 3650 * 86_400 else { return bad("earliest: seconds since the epoch") }
+            row.earliest = t
+        }
+        for (k, path) in [("title", \QueuedTask.title), ("subtitle", \.subtitle)] {
+            guard let v = opts[k] else { continue }
+            guard let s = v.string, s.utf8.count <= 1024 else { return bad("\(k): a string of at most 1024 bytes") }
+            row[keyPath: path] = s
+        }
+        if let s = opts["strategy"] {
+            guard let v = s.string, v == "queue" || v == "fail" else { return bad("strategy: queue or fail") }
+            row.strategy = v
+        }
+        if let r = opts["resources"] {
+            guard let list = r.strings, Set(list).isSubset(of: AppManifest.knownResources) else { return bad("resources: a list of gpu") }
+            if list.contains("gpu") {
+                guard m.resources.contains("gpu") else {
+                    return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(m.id)'s manifest does not declare the gpu resource"))
+                }
+                guard gpuUsable else {
+                    return .failure(BusError(SchedulerBus.ErrorName.unavailable, "no usable GPU render node (/dev/dri/renderD*) for this user"))
+                }
+            }
+            row.resources = JSONValueList.text(list)
+        }
+        if pending[key] == nil, (try? store.count(app: m.id)) ?? 0 >= limits.maxPendingPerApp {
+            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
+                                     "\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
+        }
+        // `.fail`: the app wants to know now whether the work can start now.
+        if kind == "continued", row.strategy == "fail", let c = conditions {
+            let d = Policy.Evaluator(policy: policy, conditions: c, time: localTime()).decideNow(row.fields)
+            let startsNow = (d.verdict == .run || d.verdict == .throttle) && limits.slot(for: row.fields, load: load) == nil && row.earliest.map { $0 <= wallClockNow() } ?? true
+            if !startsNow {
+                let why = d.matches.first.map { "\($0.reason) — rule \($0.ruleID) (\($0.location))" } ?? "no room to run it now"
+                return .failure(BusError(SchedulerBus.ErrorName.immediateRunIneligible, "\(identifier) cannot start now: \(why)"))
+            }
+        }
+        do { try store.put(row) } catch { return .failure(BusError(SchedulerBus.ErrorName.failed, "cannot store the request: \(error)")) }
+        pending.removeValue(forKey: key)
+        add(row)
+        say("\(key): submitted by the app")
+        bus.emit("TaskChanged", [.string(key), .string("pending")])
+        return .success(())
+    }
+
+    // MARK: Delivering, expiring, ending
+
+    /// Hands a started task to its app: at once if the app is there and ready, else once it is (launching it
+    /// with its manifest's command if it is not running). Several due tasks of one app arrive in one launch.
+    func deliver(_ t: AppTask, kind: String) -> String {
+        if let c = clients[t.app], c.ready {
+            t.delivered = true
+            bus.emitTo(c.connection, "Launch", [.string(t.app), .string(t.identifier), .string(kind)])
+            return "delivered to \(t.app)" + (c.pid.map { " (pid \($0))" } ?? "")
+        }
+        if clients[t.app] != nil { return "waiting for \(t.app) to say it is ready" }
+        if let p = launchedApps[t.app], isAlive(p.pid) { return "waiting for \(t.app) (pid \(p.pid)) to register" }
+        guard let m = apps[t.app] else { return "\(t.app) has no manifest any more" }
+        do {
+            let p = try TaskProcess.spawn(m.command, background: true, cgroupName: "\(StatePaths.safeName(t.app))-\(getpid())",
+                                          output: StatePaths.outputFile(stateDirectory: stateDir, id: "app:" + t.app),
+                                          environment: ["BGTASK_APP_ID=\(t.app)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"])
+            launchedApps[t.app] = p
+            return "launched \(t.app) (pid \(p.pid)) to deliver it"
+        } catch {
+            return "\(t.app) could not be launched: \(error)"
+        }
+    }
+
+    func tellExpire(_ t: AppTask, reason: String) {
+        guard let c = clients[t.app], t.delivered else { return }
+        bus.emitTo(c.connection, "Expire", [.string(t.app), .string(t.identifier), .string(reason)])
+    }
+
+    /// The app kept a task after its expiration and grace. An app bgtaskd launched is ended (SIGTERM, then
+    /// SIGKILL 5 s later); an app the user started is left running. Either way it is recorded against the app.
+    func endApp(_ t: AppTask) -> String {
+        if let p = launchedApps[t.app], isAlive(p.pid) {
+            p.thawForSignal()
+            p.signal(SIGTERM)
+            let pid = p.pid
+            loop.after(5) { if isAlive(pid) { kill(-pid, SIGKILL) } }
+            return "\(t.app) did not complete \(t.identifier) after its expiration: SIGTERM to the app (pid \(pid)), SIGKILL in 5 s; recorded against \(t.app)"
+        }
+        return "\(t.app) did not complete \(t.identifier) after its expiration; recorded against \(t.app) (it was not launched by bgtaskd, so it is left running)"
+    }
+
+    /// The app left the bus or its launched process ended: what it had not completed has failed, and
+    /// queued continued work is cancelled (the person who asked for it closed the app).
+    func appGone(_ app: String, why: String) {
+        clients[app] = nil
+        for e in running.values where e.row.app == app && !e.supervisor.isDone {
+            if let t = e.supervisor.app as? AppTask, !t.delivered {
+                // Never handed over (the app that left had not said it was ready): launch the app for it.
+                say("\(e.row.id): \(deliver(t, kind: e.row.kind))")
+                continue
+            }
+            e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
+        }
+        for (id, e) in pending where e.row.app == app && e.row.kind == "continued" {
+            _ = cancel(id)
+        }
+        afterRound(conditionsChanged: false)
+    }
+
+    /// Reaps app processes bgtaskd launched.
+    func reapApps() {
+        for (app, p) in launchedApps {
+            var status: Int32 = 0
+            if waitpid(p.pid, &status, WNOHANG) == p.pid {
+                launchedApps[app] = nil
+                p.cleanUp()
+                appGone(app, why: "exited (status \(status >> 8 & 0xff))")
+            }
+        }
+    }
+
+    /// Apps that leave the session bus.
+    func watchAppConnections() {
+        bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                      path: "/org/freedesktop/DBus") { [unowned self] _, args in
+            guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
+            for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
+        }
+    }
+}
+
+enum JSONValueList {
+    static func text(_ list: [String]) -> String {
+        "[" + list.map { "\"" + $0 + "\"" }.joined(separator: ",") + "]"
+    }
+}

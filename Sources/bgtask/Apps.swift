@@ -1,0 +1,59 @@
+import ArgumentParser
+import BgtaskBus
+import BgtaskConfig
+import BgtaskJSON
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+
+extension Bgtask {
+    struct Apps: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "The apps whose manifests bgtaskd knows, and the switch for each one's background work.",
+            subcommands: [List.self, Enable.self, Disable.self], defaultSubcommand: List.self)
+
+        struct List: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List the manifests (and those that do not load, with file:line).")
+            @Flag(name: .long, help: "Print the list as JSON.") var json = false
+
+            func run() throws {
+                guard case .dicts(let apps)? = try DaemonClient.call("ListApps").first else { return }
+                if json { print(DaemonClient.json(.dicts(apps)).rendered); return }
+                if apps.isEmpty { out("no app manifests (in \(AppManifests.directories().joined(separator: ", ")))"); return }
+                for a in apps {
+                    if let e = a["error"]?.string { out("skipped: \(e)"); continue }
+                    let on = a["enabled"]?.bool ?? true
+                    out("\(a["id"]?.string ?? "?"): \(on ? "on" : "off")\(a["connected"]?.bool == true ? ", connected" : "") — "
+                        + "\((a["identifiers"]?.strings ?? []).joined(separator: ", ")) (\(a["path"]?.string ?? ""))")
+                }
+            }
+        }
+
+        struct Enable: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Turn an app's background work on.")
+            @Argument(help: ArgumentHelp("The app id.", valueName: "app-id")) var app: String
+            func validate() throws { if !AppManifest.validID(app) { throw ValidationError("\(app): not an app id") } }
+            func run() throws { try Apps.set(app, true) }
+        }
+
+        struct Disable: ParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Turn an app's background work off (its pending work is cancelled).")
+            @Argument(help: ArgumentHelp("The app id.", valueName: "app-id")) var app: String
+            func validate() throws { if !AppManifest.validID(app) { throw ValidationError("\(app): not an app id") } }
+            func run() throws { try Apps.set(app, false) }
+        }
+
+        /// Through the daemon when it runs (it cancels what is pending at once); else the switch file it reads at start.
+        static func set(_ app: String, _ on: Bool) throws {
+            if let bus = try? BusConnection(), (try? bus.call("SetAppEnabled", [.string(app), .bool(on)])) != nil {
+                out("\(app): background work \(on ? "on" : "off")")
+                return
+            }
+            do { try AppManifests.setEnabled(app, on) } catch {
+                fputs(Terminal.safe("bgtask: \(error)") + "\n", stderr)
+                throw ExitCode(ExitStatus.cantCreate)
+            }
+            out("\(app): background work \(on ? "on" : "off") (bgtaskd is not running; it reads this when it starts)")
+        }
+    }
+}

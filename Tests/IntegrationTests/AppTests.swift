@@ -1,0 +1,149 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// A stand-in app for the daemon side (the Swift library comes later): python-dbus on a GLib loop.
+/// `submit` registers and submits, then exits; `background` (as bgtaskd launches it) registers, says
+/// ready, and completes each launched task — or, with HANG set, ignores it and only notes its expiration.
+let fakeApp = #"""
+import dbus, dbus.mainloop.glib, os, sys
+from gi.repository import GLib
+dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+bus = dbus.SessionBus()
+s = dbus.Interface(bus.get_object("io.github.bgtask.Scheduler1", "/io/github/bgtask/Scheduler1"), "io.github.bgtask.Scheduler1")
+APP, IDENT = "com.example.ColorFeed", "com.example.colorfeed.refresh"
+marker = os.environ.get("MARKER", "/dev/null")
+def note(text):
+    with open(marker, "a") as f: f.write(text + "\n")
+mode = sys.argv[1]
+if mode == "submit":
+    s.AppRegister(APP, IDENT)
+    s.AppSubmit(APP, dbus.Dictionary({"identifier": IDENT, "kind": sys.argv[2], "requires_external_power": dbus.Boolean(sys.argv[3] == "power")}, signature="sv"))
+    sys.exit(0)
+if mode == "try":
+    try:
+        s.AppSubmit(APP, dbus.Dictionary({"identifier": sys.argv[2], "kind": "refresh"}, signature="sv"))
+        print("accepted")
+    except dbus.exceptions.DBusException as e:
+        print(e.get_dbus_name())
+    sys.exit(0)
+loop = GLib.MainLoop()
+note("started " + os.environ.get("BGTASK_LAUNCHED_FOR_BACKGROUND", "-"))
+def launch(app, ident, kind):
+    note(f"launch {ident} {kind}")
+    if not os.environ.get("HANG"):
+        s.AppComplete(APP, ident, True)
+        GLib.timeout_add(200, loop.quit)
+def expire(app, ident, reason):
+    note(f"expire {ident}: {reason}")
+bus.add_signal_receiver(launch, "Launch", "io.github.bgtask.Scheduler1")
+bus.add_signal_receiver(expire, "Expire", "io.github.bgtask.Scheduler1")
+s.AppRegister(APP, IDENT)
+s.AppReady(APP)
+GLib.timeout_add(60000, loop.quit)
+loop.run()
+"""#
+
+/// An app manifest and the fake app, in a test's own XDG_DATA_HOME.
+struct FakeApp {
+    let script: URL
+    let marker: URL
+    let dataHome: URL
+
+    init(_ p: PolicyEnv) throws {
+        dataHome = p.dir.appendingPathComponent("data")
+        let apps = dataHome.appendingPathComponent("bgtask/apps")
+        try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
+        script = p.dir.appendingPathComponent("colorfeed.py")
+        marker = p.dir.appendingPathComponent("colorfeed.log")
+        try fakeApp.write(to: script, atomically: true, encoding: .utf8)
+        try """
+        id = "com.example.ColorFeed"
+        command = ["/usr/bin/python3", "\(script.path)", "background"]
+        permitted_identifiers = ["com.example.colorfeed.refresh", "com.example.colorfeed.db_cleaning"]
+        kinds = ["refresh", "processing"]
+        """.write(to: apps.appendingPathComponent("com.example.ColorFeed.toml"), atomically: true, encoding: .utf8)
+    }
+
+    var env: [String: String] { ["XDG_DATA_HOME": dataHome.path, "XDG_DATA_DIRS": "/nonexistent", "MARKER": marker.path] }
+    var notes: String { (try? String(contentsOf: marker, encoding: .utf8)) ?? "" }
+
+    func run(_ d: SessionDaemon, _ args: [String]) throws -> (Int32, String, String) {
+        var env = d.env.merging(self.env) { $1 }
+        env["LD_PRELOAD"] = nil
+        return try Child.run("/usr/bin/python3", [script.path] + args, environment: env, deadline: 30)
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("an app's refresh task submitted on battery: bgtaskd launches the app's command when the charger comes, delivers the task, the app completes it; why tells it")
+    func appLaunchedForItsTask() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        let (s, o, e) = try app.run(d, ["submit", "refresh", "power"])
+        #expect(s == 0, "\(o) \(e)")
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        let pending = try d.pending()
+        #expect(pending.first?["id"] as? String == key, "\(pending)")
+        #expect(pending.first?["rule"] as? String == "processing.needs-power")
+
+        tb.plug(laptop, true)
+        _ = try #require(d.said("\(key): finished"), "\(d.daemon?.stderr ?? "")")
+        #expect(app.notes.contains("started 1"), "\(app.notes)")                 // launched for background work
+        #expect(app.notes.contains("launch com.example.colorfeed.refresh refresh"), "\(app.notes)")
+        let (_, why, _) = try d.bgtask(["why", key])
+        #expect(why.contains("completed by the app"), "\(why)")
+        let (_, log, _) = try d.bgtask(["log", "-n", "20", "--no-follow"])
+        #expect(log.contains("launched com.example.ColorFeed"), "\(log)")
+        #expect(try d.pending().isEmpty)
+    }
+
+    @Test("app errors as Apple's: an identifier not in the manifest is NotPermitted; an app switched off is Unavailable; an unknown app is NotPermitted")
+    func appErrors() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        #expect(try app.run(d, ["try", "com.example.colorfeed.refresh"]).1.contains("accepted"))
+        #expect(try app.run(d, ["try", "com.example.other"]).1.contains("Error.NotPermitted"))
+        let (ds, dout, de) = try d.bgtask(["apps", "disable", "com.example.ColorFeed"])
+        #expect(ds == 0, "\(dout) \(de)")
+        #expect(try d.pending().isEmpty)                                     // switching off cancels its pending work
+        #expect(try app.run(d, ["try", "com.example.colorfeed.refresh"]).1.contains("Error.Unavailable"))
+        let (_, list, _) = try d.bgtask(["apps"])
+        #expect(list.contains("com.example.ColorFeed: off"), "\(list)")
+        #expect(try d.bgtask(["apps", "enable", "com.example.ColorFeed"]).0 == 0)
+        #expect(try app.run(d, ["try", "com.example.colorfeed.refresh"]).1.contains("accepted"))
+    }
+
+    @Test("an app that does not complete after its expiration and grace is ended (SIGTERM) and that is recorded against it; debug expire sends the expiration")
+    func appThatIgnoresExpiration() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"1s\"\n")
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        var env = app.env
+        env["HANG"] = "1"
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: env, extraEnv: app.env)
+        #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        _ = try #require(d.said("\(key): started"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("\(key): delivered"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["debug", "expire", key]).0 == 0)
+        let ended = try #require(d.said("did not complete"), "\(d.daemon?.stderr ?? "")")
+        #expect(ended.contains("SIGTERM to the app"), "\(ended)")
+        #expect(app.notes.contains("launch com.example.colorfeed.refresh processing"), "\(app.notes)")
+        #expect(app.notes.contains("expire com.example.colorfeed.refresh: bgtask debug expire"), "\(app.notes)")
+        let (_, why, _) = try d.bgtask(["why", key])
+        #expect(why.contains("recorded against com.example.ColorFeed") || why.contains("not completed"), "\(why)")
+    }
+}
