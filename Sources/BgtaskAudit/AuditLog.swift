@@ -63,6 +63,10 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public static let retentionDays = 30.0
     public static let maxEntries = 100_000
     public var runID = ""
+    /// Entries are kept until `flush()` (the daemon writes once per round of events: one transaction, one
+    /// fsync, for a condition change that touches 10,000 waiting tasks; and none on a reply's path).
+    public var batching = false
+    var buffer: [AuditEntry] = []
 
     /// Opens (creating if absent) the database at `path`, whose directory the caller has checked
     /// (`SecureDirectory`). A file that is a link, not ours, not SQLite, or an SQLite database of
@@ -210,8 +214,19 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             verdict: event.decision?.verdict.rawValue, detail: event.detail, rules: rules.rendered,
             conditions: keepConditions ? JSONValue.object(event.conditions.sorted { $0.key < $1.key }.map { ($0.key, json($0.value)) }).rendered : nil,
             exitStatus: event.exitStatus)
+        if batching { buffer.append(entry); return }
         do { try append(entry) } catch {
             fputs("bgtask: audit trail \(path): \(error)\n", stderr)
+        }
+    }
+
+    /// Writes what `batching` kept, in one transaction.
+    public func flush() {
+        guard !buffer.isEmpty else { return }
+        let entries = buffer
+        buffer = []
+        do { try append(contentsOf: entries) } catch {
+            fputs("bgtask: audit trail \(path): \(error) (\(entries.count) entries lost)\n", stderr)
         }
     }
 

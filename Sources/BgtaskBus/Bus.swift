@@ -275,8 +275,21 @@ public final class BusObject {
         }
     }
 
+    /// Unique names are never reused on a bus: what the bus said of one holds while it is connected.
+    var credentialCache: [String: (uid: uid_t?, pid: pid_t?)] = [:]
+
+    /// Forgets a connection that left the bus.
+    public func forget(_ sender: String) { credentialCache[sender] = nil }
+
     /// The uid and pid of a caller, asked of the bus (the peer's own claims are not trusted).
     public func credentials(of sender: String) -> (uid: uid_t?, pid: pid_t?) {
+        if let c = credentialCache[sender] { return c }
+        let c = askCredentials(of: sender)
+        if c.uid != nil, credentialCache.count < 4096 { credentialCache[sender] = c }
+        return c
+    }
+
+    func askCredentials(of sender: String) -> (uid: uid_t?, pid: pid_t?) {
         var err: UnsafeMutablePointer<GError>?
         let uid = cgio_sender_uid(connection.raw, sender, &err)
         if let e = err { g_error_free(e) }

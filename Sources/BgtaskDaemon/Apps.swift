@@ -363,6 +363,8 @@ extension Daemon {
         bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
+            self.object?.forget(name)
+            self.buckets[name] = nil
             for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }
     }

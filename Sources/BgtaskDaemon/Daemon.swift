@@ -107,6 +107,7 @@ public final class Daemon {
         do {
             store = try QueueStore(path: stateDir + "/" + QueueStore.file)
             audit = try AuditLog(path: stateDir + "/" + StatePaths.auditFile)
+            audit.batching = true
         } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
         let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
         guard errors.isEmpty else {
@@ -134,11 +135,13 @@ public final class Daemon {
         try? audit.prune(now: wallClockNow())
         loadApps()
         recoverInterrupted()
+        audit.flush()
 
         do {
             object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
                 let r = self.handle(call)
-                self.afterRound(conditionsChanged: false)
+                // The reply goes first; what the call changed is acted on and written right after it.
+                self.loop.after(0) { [unowned self] in self.afterRound(conditionsChanged: false) }
                 return r
             }
             guard try object!.ownName(SchedulerBus.name) else {
@@ -167,7 +170,10 @@ public final class Daemon {
         return exitStatus
     }
 
+    /// Running, then pending in submission order (the order in which waiting work may take a free slot).
     var all: [Entry] { Array(running.values) + pending.values.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) } }
+    /// Every supervisor, in no particular order: for what is done to each alike.
+    var supervisors: [Supervisor] { running.values.map(\.supervisor) + pending.values.map(\.supervisor) }
 
     // MARK: The queue
 
@@ -216,7 +222,8 @@ public final class Daemon {
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {
         guard let c = conditions else { return }
-        for e in all { e.supervisor.conditionsChanged(c, now: now) }
+        let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+        for e in all { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
     }
 
     var load: Schedule.Load {
@@ -268,7 +275,7 @@ public final class Daemon {
     /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
     func afterRound(conditionsChanged: Bool) {
         let now = monotonic()
-        events.timersDue(all.map(\.supervisor), now: now)
+        events.timersDue(supervisors, now: now)
         var freed = false
         for (id, e) in running where e.supervisor.isDone {
             running[id] = nil
@@ -285,7 +292,8 @@ public final class Daemon {
                 if case .noSlot? = e.supervisor.machine.startBlock { e.supervisor.reevaluate(now: now) }
             }
         }
-        let sups = all.map(\.supervisor)
+        let sups = supervisors
+        audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
         events.afterEvents(sups, conditionsChanged: conditionsChanged)
         let next = events.nextDeadline(sups)
@@ -410,6 +418,7 @@ public final class Daemon {
             } catch { say("\(e.row.id): cannot update the queue: \(error)") }
         }
         running = [:]
+        audit.flush()
         updateInhibitor()
         bus.flush()
         loop.quit()

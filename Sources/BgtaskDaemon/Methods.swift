@@ -15,8 +15,8 @@ public enum RequestBounds {
     public static let maxCommandBytes = 256 * 1024
     public static let maxDirectoryBytes = 4096
     /// Submits per caller per second, averaged over a burst of `submitBurst`.
-    public static let submitsPerSecond = 50.0
-    public static let submitBurst = 200.0
+    public static let submitsPerSecond = 200.0
+    public static let submitBurst = 1000.0
 
     /// nil if `id` is a usable identifier, else why not.
     public static func checkID(_ id: String) -> String? {

@@ -20,7 +20,7 @@ public final class EventLoop {
     /// The poll interval the watcher was started with: the shortest the loop will ask for.
     let thermalMinimumMs: Int32?
     var thermalAsked: Int32?
-    var lastPhases: [String] = []
+    var lastPhases: [Int] = []
 
     public struct SetupError: Error, CustomStringConvertible {
         public var description: String
@@ -115,7 +115,7 @@ public final class EventLoop {
     /// After a round of events: re-decides how often zones are read, only when something it depends on
     /// may have changed (not on each tick of a signal duty cycle).
     public func afterEvents(_ supervisors: [Supervisor], conditionsChanged: Bool) {
-        let phases = supervisors.map(\.machine.phase.name)
+        let phases = supervisors.map(\.phaseCode)
         if conditionsChanged || phases != lastPhases {
             lastPhases = phases
             adjustThermalReads(supervisors)
@@ -126,7 +126,16 @@ public final class EventLoop {
     /// farther the hottest reading is from a boundary: a run waiting for the charger reads none.
     func adjustThermalReads(_ supervisors: [Supervisor]) {
         guard let minimum = thermalMinimumMs, let snap = latest.value.withLock({ $0 }) else { return }
-        let matters = supervisors.contains { !$0.isDone && $0.dependsOnThermal }
+        // Tasks alike (same phase, kind and flags) depend alike: asked once per kind of task, not per task.
+        var memo: [Int: Bool] = [:]
+        let matters = supervisors.contains { s in
+            guard !s.isDone else { return false }
+            guard let k = s.thermalKey else { return s.dependsOnThermal }
+            if let v = memo[k] { return v }
+            let v = s.dependsOnThermal
+            memo[k] = v
+            return v
+        }
         let want = matters ? ThermalAnalysis.readInterval(snap.zones, states: snap.zoneStates, fallback: snap.options.thermal,
                                                           minimumMs: minimum, maximumMs: max(minimum, 30_000)) : nil
         if want != thermalAsked {

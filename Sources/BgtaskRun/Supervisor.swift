@@ -28,7 +28,15 @@ public final class Supervisor {
     let observer: RunObserver?
     let state: ActiveTasks?
     let enqueuedAt: Double
-    public private(set) var machine: TaskMachine
+    public private(set) var machine: TaskMachine { didSet { refreshCache() } }
+    /// What loops over thousands of supervisors read each round, kept current on every change of the machine
+    /// (reading `machine` from outside copies the whole struct).
+    public private(set) var phaseCode = 0
+    var machineDone = false
+    var machineWake: Double?
+    var sampleDue: Double?
+    /// Whether any rule reads what tells one task from another (id, age): then no sharing of answers.
+    let rulesReadIdentity: Bool
     var process: TaskProcess?
     var conditions: [String: PolicyValue]?
     var lastSaid = ""
@@ -59,9 +67,18 @@ public final class Supervisor {
         // The core foresees when `name OP constant` rules on the clock or the task's age change; only a
         // use it cannot foresee needs a look each second.
         tickAt = policy.time.opaque ? enqueuedAt + 1 : nil
+        rulesReadIdentity = policy.rules.contains { $0.names.contains { $0 == "task.id" || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
+        refreshCache()
     }
 
-    public var isDone: Bool { spawnFailure != nil || machine.isDone }
+    func refreshCache() {
+        phaseCode = machine.phase.code
+        machineDone = machine.isDone
+        machineWake = machine.nextWake
+        sampleDue = machine.cpuSampleDue
+    }
+
+    public var isDone: Bool { spawnFailure != nil || machineDone }
     /// The process group it runs, once started (for reaping).
     public var pid: pid_t? { process?.pid }
     /// The process it runs, once started.
@@ -72,7 +89,14 @@ public final class Supervisor {
     public var startedAt: Double? { machine.startedAt }
 
     /// When it must be woken even if nothing happens.
-    public var nextDeadline: Double? { [machine.nextWake, dutyAt, tickAt, machine.cpuSampleDue].compactMap { $0 }.min() }
+    public var nextDeadline: Double? {
+        func earlier(_ a: Double?, _ b: Double?) -> Double? {
+            guard let a else { return b }
+            guard let b else { return a }
+            return min(a, b)
+        }
+        return earlier(earlier(machineWake, dutyAt), earlier(tickAt, sampleDue))
+    }
 
     /// Cleans up and returns the exit status of `bgtask run`.
     public func finish() -> Int32 {
@@ -121,6 +145,31 @@ public final class Supervisor {
         evaluate(now: now)
     }
 
+    /// The same, for one of many supervisors given the same readings (bgtaskd): `shared` is one evaluator for
+    /// all of them. A task that waits, with no hold running, whose verdict (the queue fast path: no reasons,
+    /// no holds) is still the one that keeps it waiting is not decided in full again: 10,000 waiting tasks
+    /// cost one fast pass, not 10,000 decisions, when the battery drops a percent.
+    public func conditionsChanged(_ c: [String: PolicyValue], now: Double, shared: Policy.Evaluator) {
+        conditions = c
+        if machine.phase == .waiting, machine.startBlock == nil, let last = machine.lastDecision, last.nextChangeAt == nil,
+           last.verdict != .run, last.verdict != .throttle, machine.nextWake == nil, tickAt == nil,
+           shared.verdict(machine.task) == last.verdict {
+            return
+        }
+        evaluate(now: now, evaluator: shared)
+    }
+
+    /// A key under which tasks whose thermal dependence must be the same share one answer (the phase, the kind
+    /// and the flags), or nil when a rule reads what tells tasks apart (their id, their age).
+    public var thermalKey: Int? {
+        guard !rulesReadIdentity else { return nil }
+        let t = machine.task
+        let kind = ["processing": 0, "refresh": 1, "continued": 2][t.kind] ?? 3
+        let flags = [t.requiresExternalPower, t.requiresNetwork, t.requiresUnmetered, t.cpuHeavy, t.userInitiated]
+            .enumerated().reduce(0) { $0 | ($1.element ? 1 << $1.offset : 0) }
+        return (phaseCode * 4 + kind) * 32 + flags
+    }
+
     /// The loop woke at or after `nextDeadline`: the duty cycle, the CPU monitor, holds and deadlines.
     public func timersDue(now: Double) {
         if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
@@ -160,9 +209,9 @@ public final class Supervisor {
         say("finished (\(how))")
     }
 
-    func evaluate(now: Double) {
+    func evaluate(now: Double, evaluator shared: Policy.Evaluator? = nil) {
         guard let c = conditions, !isDone else { return }
-        let evaluator = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+        let evaluator = shared ?? Policy.Evaluator(policy: policy, conditions: c, time: localTime())
         // Holds say when they let go as a time of day, not as a monotonic instant.
         evaluator.timeLabel = { t, now in clockText(wallClockNow() + (t - now)) }
         let wasWaiting = machine.phase == .waiting

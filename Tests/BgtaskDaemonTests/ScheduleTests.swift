@@ -100,3 +100,23 @@ struct ScheduleTests {
         #expect(m.launchNow(now: 2) == [])      // once
     }
 }
+
+@Suite("an app's task in the core")
+struct AppTaskMachineTests {
+    @Test("a defer or pause verdict expires an app's running task (its app cannot be frozen for it); a command's task is paused")
+    func pauseExpiresOnlyAppTasks() throws {
+        let p = Policy.merge([])
+        var t = TaskFields(id: "feed")
+        t.requiresExternalPower = true
+        let ac: [String: PolicyValue] = ["power.external": .bool(true)]
+        let battery: [String: PolicyValue] = ["power.external": .bool(false)]
+        for appTask in [false, true] {
+            var limits = TaskLimits(expireGrace: 5)
+            limits.pauseExpires = appTask
+            var m = TaskMachine(task: t, enqueuedAt: 0, limits: limits)
+            #expect(m.step(Policy.Evaluator(policy: p, conditions: ac, time: .midnightMonday), now: 0).1 == [.start])
+            let actions = m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 1).1
+            #expect(actions == (appTask ? [.expire(grace: 5, why: .verdict)] : [.pause]))
+        }
+    }
+}
