@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 swift build -c release --static-swift-stdlib --product bgtask
+swift build -c release --static-swift-stdlib --product bgtaskd
 swift build -c release --product bgtask-stamp
 swift build -c release --static-swift-stdlib --product bgtask-bench
 BGTASK_BIN=.build/release/bgtask umockdev-wrapper .build/release/bgtask-bench "$@"

@@ -5,6 +5,8 @@
 //   4. wake-ups of an idle `bgtask watch`, with and without thermal zones
 // These VMs are noisy: medians and ratios are what to read.
 import BgtaskAudit
+import BgtaskBus
+import BgtaskQueue
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskTestSupport
@@ -16,9 +18,15 @@ import Foundation
 let args = CommandLine.arguments
 let toggles = args.firstIndex(of: "--toggles").flatMap { Int(args[$0 + 1]) } ?? 100
 let idleSeconds = args.firstIndex(of: "--idle-seconds").flatMap { Double(args[$0 + 1]) } ?? 20
+print("| measurement | n | median | p99 |")
+print("|---|---|---|---|")
+
+/// `--only 7,9`: run those sections alone (while working on one).
+let only = args.firstIndex(of: "--only").map { Set(args[$0 + 1].split(separator: ",").map(String.init)) }
+func want(_ section: String) -> Bool { only?.contains(section) ?? true }
 
 // 0. Policy: 10,000 queued tasks against 50 rules, after one condition change.
-do {
+if want("0") {
     let shipped = try String(contentsOfFile: "Policies/default.toml", encoding: .utf8)
     var extra = ""
     let conditions = ["power.external == false", "battery.percent < 30", "thermal.state >= \"fair\"", "network.metered == true",
@@ -61,8 +69,6 @@ do {
         for i in queue.indices { _ = e2.decide(queue[i], now: Double(round), hold: &holds[i]) }
         decideTimes.append(Double(now() - t1) / 1_000_000)
     }
-    print("| measurement | n | median | p99 |")
-    print("|---|---|---|---|")
     row("10,000 tasks × 50 rules, verdicts only (queue re-check)", verdictTimes, unit: "ms")
     row("10,000 tasks × 50 rules, full decisions (holds, reasons, readings)", decideTimes, unit: "ms")
 }
@@ -102,7 +108,7 @@ func row(_ name: String, _ xs: [Double], unit: String) {
 }
 
 // 1. In-process snapshot cost.
-do {
+if want("1") {
     let tb = Testbed()
     tb.addLaptop(acOnline: false)
     let prober = Prober(options: ProbeOptions(root: SysfsRoot(), useDBus: false))
@@ -136,7 +142,7 @@ do {
 }
 
 // 3. uevent → watch line.
-do {
+if want("3") {
     let tb = Testbed()
     let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
     let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--no-dbus", "--thermal-interval", "0"])
@@ -165,7 +171,7 @@ func wakeups(pid: Int32) -> Int {
             .compactMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) }.reduce(0, +)
     }
 }
-for (label, withZone) in [("no thermal zone", false), ("a thermal zone, 2 s poll", true)] {
+for (label, withZone) in want("4") ? [("no thermal zone", false), ("a thermal zone, 2 s poll", true)] : [] {
     let tb = Testbed()
     tb.add("power_supply", "AC", attributes: ["type": "Mains", "online": "1"])
     if withZone {
@@ -197,7 +203,7 @@ func idleRow(_ name: String, _ child: Child, seconds: Double = idleSeconds) {
 
 // 5. `bgtask run --requires-external-power`: charger uevent → the waiting command's first instruction,
 //    and wake-ups of a run that waits while nothing changes.
-do {
+if want("5") {
     let stamp = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-stamp").path
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-\(getpid())")
     try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
@@ -286,7 +292,7 @@ do {
 }
 
 // 6. The audit trail at its retention cap: 100,000 entries, 5,000 runs of one task and 10,000 other tasks.
-do {
+if want("6") {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-audit-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     defer { try? FileManager.default.removeItem(at: dir) }
@@ -319,4 +325,171 @@ do {
     row("`bgtask why` at 100,000 entries (20 most recent of 10,001 tasks)", timeRun(["why"]), unit: "ms")
     row("`bgtask log -n 10 --no-follow` at 100,000 entries", timeRun(["log", "-n", "10", "--no-follow"]), unit: "ms")
     row("`bgtask why big --all` at 100,000 entries (5,000 runs told)", timeRun(["why", "big", "--all", "--since", "2d"]), unit: "ms")
+}
+
+// 7. The peer's reaction on the same kind of testbed, in this run: uevent → upowerd's OnBattery change as
+//    `gdbus monitor` prints it (a process reading the bus, as the stamp is a process bgtask starts).
+if want("7") {
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    let bus = try PrivateBus()
+    let upowerd = try UPowerDaemon(bus: bus)
+    let monitor = try Child("/usr/bin/gdbus", ["monitor", "--system", "--dest", "org.freedesktop.UPower"],
+                            environment: bus.environment(["LD_PRELOAD": nil]))
+    _ = monitor.line(within: 5)   // "Monitoring signals from all objects owned by …"
+    var xs: [Double] = []
+    var online = true
+    for _ in 0..<toggles / 2 {
+        online.toggle()
+        let t0 = now()
+        tb.plug(laptop, online, batteryStatus: online ? "Charging" : "Discharging")
+        guard monitor.line(within: 5, where: { $0.contains("OnBattery") }) != nil else { continue }
+        xs.append(Double(now() - t0) / 1_000_000)
+    }
+    monitor.stop()
+    upowerd.stop()
+    if !xs.isEmpty { row("charger uevent → upowerd's OnBattery change seen by `gdbus monitor` (peer, this run)", xs, unit: "ms") }
+}
+
+// 8. Full load: two busy loops at normal priority on this 2-core machine, and a CPU-heavy task throttled to
+//    25 % by each mechanism this machine offers. Both yield to the foreground load (signals: SCHED_IDLE;
+//    cgroups: the lowest CPU weight besides the quota), so the cap is a ceiling everywhere.
+if want("8") {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-load-\(getpid())")
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    try "[[rule]]\nid = \"bench.cap\"\nwhen = 'task.cpu_heavy'\nverdict = \"throttle\"\ncpu_percent = 25\n"
+        .write(to: dir.appendingPathComponent("config/bgtask/policy.d/cap.toml"), atomically: true, encoding: .utf8)
+    let tb = Testbed()
+    tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    var mechanisms = ["signals"]
+    if geteuid() == 0, access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", W_OK) == 0 { mechanisms.append("cgroup") }
+    for (label, busy) in [("idle machine", 0), ("both cores busy", 2)] {
+        let loads = try (0..<busy).map { _ in try Child("/bin/sh", ["-c", "while :; do :; done"]) }
+        for mech in mechanisms {
+            let env = Child.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                                         "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                                         "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
+                                         "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
+                                         "BGTASK_CAP_MECHANISM": mech])
+            let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--cpu-heavy", "--", "/bin/sh", "-c", "while :; do :; done"], environment: env)
+            guard let line = run.errorLine(within: 10, where: { $0.contains("started") }), let r = line.range(of: "(pid ") ,
+                  let pid = Int32(line[r.upperBound...].prefix { $0.isNumber }) else { fatalError("did not start: \(run.stderr)") }
+            func cpu() -> Double {
+                let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+                let f = stat[(stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
+                return f.count > 13 ? (Double(f[11]) ?? 0) + (Double(f[12]) ?? 0) : 0
+            }
+            Thread.sleep(forTimeInterval: 2)   // the cap settles
+            let c0 = cpu(), t0 = now()
+            Thread.sleep(forTimeInterval: 10)  // a share of CPU is measured over a fixed window
+            let share = (cpu() - c0) / 100 / (Double(now() - t0) / 1e9) * 100
+            print(String(format: "| CPU share of a task capped at 25%% by %@ (%@) | 10 s | %.1f %% | |", mech, label, share))
+            run.stop()
+        }
+        loads.forEach { $0.stop(grace: 0.5) }
+    }
+}
+
+// 9. bgtaskd: a daemon with a queue, on a private session bus, on a testbed laptop (on battery, one zone).
+if want("9") {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-daemon-\(getpid())")
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    try "[daemon]\nmax_pending_per_app = 20000\n\n[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n"
+        .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
+    let stamp = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-stamp").path
+    let daemonPath = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtaskd").path
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: false, zoneMilliC: 50_000)
+    let session = try PrivateBus()
+    let env = Child.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                                 "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                                 "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
+                                 "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
+                                 "DBUS_SESSION_BUS_ADDRESS": session.address])
+    func startDaemon() throws -> (Child, Double) {
+        let t0 = now()
+        let d = try Child(daemonPath, ["--no-dbus"], environment: env)
+        // Answering: the first GetStatus that gets a reply (asked every millisecond until then).
+        let client = try BusConnection(address: session.address)
+        while (try? client.call("GetStatus", [], timeoutMs: 1000)) == nil {
+            guard Double(now() - t0) / 1e9 < 30 else { fatalError("bgtaskd did not answer: \(d.stderr)") }
+            usleep(1000)
+        }
+        return (d, Double(now() - t0) / 1_000_000)
+    }
+    let client = try BusConnection(address: session.address)
+    func submit(_ id: String, _ argv: [String]) -> Double {
+        let t0 = now()
+        do throws(BusError) { _ = try client.call("Submit", [.dict(["id": .string(id), "requires_external_power": .bool(true)]), .strings(argv)]) }
+        catch { fatalError("submit \(id): \(error.name): \(error.message)") }
+        return Double(now() - t0) / 1_000_000
+    }
+
+    var (daemon, _) = try startDaemon()
+    if !want("9a") {
+    for i in 0..<1_000 { _ = submit("wait-\(i)", ["true"]) }
+    var rtts: [Double] = []
+    // Paced under the daemon's 200-a-second limit per connection (the first 1,000 used its burst).
+    Thread.sleep(forTimeInterval: 1)
+    for i in 0..<200 { rtts.append(submit("rtt-\(i % 50)", ["true"])); usleep(6000) }   // replacing requests: the queue stays at 1,050
+    row("`Submit` round trip over the session bus (1,050 pending)", rtts, unit: "ms")
+    print(String(format: "| bgtaskd RSS, 1,050 pending | 1 | %.1f MB | |", rssMB(daemon.process.processIdentifier)))
+    idleRow("idle bgtaskd wake-ups per minute (1,050 tasks waiting for power, a zone)", daemon)
+
+    // 10,000 persisted: written straight into the queue while the daemon is stopped, then a cold start.
+    let store = try QueueStore(path: dir.appendingPathComponent("state/queue.sqlite").path)
+    for i in 0..<8_950 {
+        var r = QueuedTask(id: "persisted-\(i)", kind: "processing", argv: ["true"], submitted: Date().timeIntervalSince1970)
+        r.requiresExternalPower = true
+        try store.put(r)
+    }
+    var starts: [Double] = []
+    for _ in 0..<5 {
+        let (d, ms) = try startDaemon()
+        starts.append(ms)
+        daemon = d
+        if starts.count < 5 { d.stop() }
+    }
+    row("bgtaskd start → first reply, 10,000 persisted tasks", starts, unit: "ms")
+    Thread.sleep(forTimeInterval: 3)   // the first readings delivered to every task
+    print(String(format: "| bgtaskd RSS, 10,000 pending | 1 | %.1f MB | |", rssMB(daemon.process.processIdentifier)))
+    }
+    daemon.stop()
+
+    // uevent → the first of 100 pending commands started (each a stamp that prints CLOCK_MONOTONIC first).
+    try? FileManager.default.removeItem(at: dir.appendingPathComponent("state"))
+    (daemon, _) = try startDaemon()
+    var firsts: [Double] = []
+    for round in 0..<10 {
+        for i in 0..<100 { _ = submit("stamp-\(round)-\(i)", [stamp]) }
+        guard daemon.errorLine(within: 10, where: { $0.contains("stamp-\(round)-99: waiting") }) != nil else { fatalError("not waiting") }
+        let t0 = now()
+        tb.plug(laptop, true, batteryStatus: "Charging")
+        // Done when the queue is empty again: the daemon says each finish.
+        var finished = 0
+        while finished < 100, daemon.errorLine(within: 30, where: { $0.contains("stamp-\(round)-") && $0.contains(": finished") }) != nil { finished += 1 }
+        let outputs = dir.appendingPathComponent("state/output")
+        let stamps = ((try? FileManager.default.contentsOfDirectory(atPath: outputs.path)) ?? []).filter { $0.hasPrefix("stamp-\(round)-") && $0.hasSuffix(".log") }
+            .compactMap { try? String(contentsOfFile: outputs.appendingPathComponent($0).path, encoding: .utf8) }
+            .compactMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        if let first = stamps.min() { firsts.append(Double(first - t0) / 1_000_000) }
+        else {
+            let running = (try? client.call("ListRunning", [])).map { "\($0)" } ?? "?"
+            let log = daemon.stderr.split(separator: "\n").filter { !$0.contains("waiting") }.suffix(40).joined(separator: "\n")
+            FileHandle.standardError.write(Data("round \(round): \(finished) finished, no stamps\nrunning: \(running)\n\(log)\n".utf8)); break
+        }
+        tb.plug(laptop, false)
+        // The daemon has seen the unplug once a task that needs the charger waits again (an event, no sleep).
+        var attempt = 0
+        while true {
+            attempt += 1
+            _ = submit("sentinel-\(round)-\(attempt)", ["true"])
+            guard let l = daemon.errorLine(within: 10, where: { $0.contains("sentinel-\(round)-\(attempt): ") && ($0.contains("waiting") || $0.contains("started")) }) else { fatalError("sentinel") }
+            if l.contains("waiting") { _ = try? client.call("Cancel", [.string("sentinel-\(round)-\(attempt)")]); break }
+        }
+    }
+    daemon.stop()
+    row("charger uevent → first of 100 pending commands' first instruction (bgtaskd)", firsts, unit: "ms")
 }

@@ -116,6 +116,11 @@ public final class Daemon {
         }
         policy = p
         limits = Schedule.Limits(p.settings)
+        // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
+        // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
+        do { events = try EventLoop(watch: EventLoop.watchOptions(options.probe.applying(p.settings), policies: [p])) } catch {
+            throw DaemonError(message: "\(error)", status: ExitStatus.failure)
+        }
         do { bus = try BusConnection(address: options.busAddress) } catch {
             throw DaemonError(message: "cannot connect to the session bus: \(error.message)", status: ExitStatus.unavailable)
         }
@@ -129,9 +134,6 @@ public final class Daemon {
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
-        do { events = try EventLoop(watch: EventLoop.watchOptions(probe, policies: [policy])) } catch {
-            throw DaemonError(message: "\(error)", status: ExitStatus.failure)
-        }
         try? audit.prune(now: wallClockNow())
         loadApps()
         recoverInterrupted()
@@ -151,9 +153,13 @@ public final class Daemon {
             throw DaemonError(message: "cannot serve on the bus: \(e.message)", status: ExitStatus.unavailable)
         }
         // Work starts only once the daemon answers on the bus: a client never sees a task it cannot ask about.
-        let rows = ((try? store.all()) ?? []).filter { $0.state == "pending" }
-        say("serving \(SchedulerBus.name) (pid \(getpid())); \(rows.count) pending")
-        for row in rows { add(row) }
+        // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
+        say("serving \(SchedulerBus.name) (pid \(getpid()))")
+        loop.after(0) { [unowned self] in
+            let rows = ((try? self.store.all()) ?? []).filter { $0.state == "pending" }
+            if !rows.isEmpty { self.say("\(rows.count) pending in the queue") }
+            self.restore(rows[...])
+        }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
@@ -177,9 +183,18 @@ public final class Daemon {
 
     // MARK: The queue
 
+    /// Takes up stored requests 500 at a time, each slice after what the bus has queued.
+    func restore(_ rows: ArraySlice<QueuedTask>) {
+        guard !rows.isEmpty else { return }
+        for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true) }
+        let rest = rows.dropFirst(500)
+        if rest.isEmpty { afterRound(conditionsChanged: false) }
+        else { loop.after(0) { [unowned self] in self.restore(rest) } }
+    }
+
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
-    func add(_ row: QueuedTask) -> Entry {
+    func add(_ row: QueuedTask, restored: Bool = false) -> Entry {
         let wall = wallClockNow(), mono = monotonic()
         sequence += 1
         var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
@@ -197,6 +212,7 @@ public final class Daemon {
         let s = Supervisor(options: o, policy: policy, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
                            enqueuedAt: mono - max(0, wall - row.submitted))
         s.speaker = "bgtaskd"
+        s.quietFirstWait = restored
         s.slot = { [unowned self] t in self.limits.slot(for: t, load: self.load) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
@@ -390,7 +406,7 @@ public final class Daemon {
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
         for (id, e) in pending {
             pending[id] = nil
-            add(e.row)
+            add(e.row, restored: true)
         }
         say("policy reloaded")
     }

@@ -192,9 +192,9 @@ extension Daemon {
                                          "reason": .string(s.waitingReason.isEmpty ? "not yet evaluated" : s.waitingReason),
                                          "requires_external_power": .bool(e.row.requiresExternalPower),
                                          "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures))]
-            if let m = s.waitingDecision?.matches.first {
-                d["rule"] = .string(m.ruleID)
-                d["location"] = .string(m.location.description)
+            if let m = s.waitingRule {
+                d["rule"] = .string(m.id)
+                d["location"] = .string(m.location)
             }
             if let t = e.row.earliest { d["earliest"] = .double(t) }
             if let t = e.row.every { d["every"] = .double(t) }

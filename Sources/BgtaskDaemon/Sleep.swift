@@ -60,7 +60,7 @@ extension Daemon {
             // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
             for (id, e) in pending {
                 pending[id] = nil
-                add(e.row)
+                add(e.row, restored: true)
             }
             deliver(now: monotonic())
             afterRound(conditionsChanged: true)

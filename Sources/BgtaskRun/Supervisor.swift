@@ -54,8 +54,11 @@ public final class Supervisor {
     public var app: AppTaskHooks?
     /// Why it waits, as last said (the rule and its file:line, or what held back a start the policy allowed).
     public private(set) var waitingReason = ""
-    /// The decision behind `waitingReason`.
-    public private(set) var waitingDecision: Decision?
+    /// The rule behind `waitingReason` and its file:line (nil when something other than a rule holds it back).
+    public private(set) var waitingRule: (id: String, location: String)?
+    /// Said on stderr only when it changes, and not at all for the first decision of a task restored from the
+    /// queue (a daemon restart must not say 10,000 times what every task already waited for).
+    public var quietFirstWait = false
 
     public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
         self.options = options
@@ -224,11 +227,12 @@ public final class Supervisor {
             case nil: text = explain(d)
             }
             waitingReason = text
-            waitingDecision = d
+            waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, $0.location.description) } : nil
             if text != lastSaid {
+                let first = lastSaid.isEmpty
                 lastSaid = text
                 record(.deferred, text, decision: d)
-                say("waiting: \(text)")
+                if !(first && quietFirstWait) { say("waiting: \(text)") }
             }
         }
         perform(actions, d, now: now)

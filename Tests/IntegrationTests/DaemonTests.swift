@@ -30,7 +30,10 @@ final class SessionDaemon {
     deinit { daemon?.stop() }
 
     func start() throws {
-        let d = try Child(Child.bgtaskdPath, arguments, environment: env.merging(daemonEnv) { $1 })
+        // As systemd or a shell starts it: no signal blocked (the test runner's children inherit a mask that
+        // would hide a daemon thread that takes SIGCHLD or SIGTERM from its signalfd).
+        let d = try Child("/usr/bin/python3", ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
+                                                Child.bgtaskdPath] + arguments, environment: env.merging(daemonEnv) { $1 })
         daemon = d
         // Its own line once the name is owned: an event, not a sleep.
         guard d.errorLine(within: 20, where: { $0.contains("serving io.github.bgtask.Scheduler1") }) != nil else {
@@ -396,5 +399,78 @@ extension UmockdevIntegrationTests {
         let (_, text, _) = try d.bgtask(["pending"])
         #expect(text.contains("warning:") && text.contains("70-night.toml:3"), "\(text)")
         #expect(try d.pending().count == 1)
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("bgtaskd across charger cycles: work queued after an unplug waits, and the next plug starts it (three cycles)")
+    func chargerCycles() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false, zoneMilliC: 50_000)   // a zone, as laptops have
+        let d = try SessionDaemon(policy: p, preload: true)
+        for cycle in 0..<3 {
+            for i in 0..<5 { #expect(try d.bgtask(["submit", "--id", "c\(cycle)-\(i)", "--requires-external-power", "--", "true"]).0 == 0) }
+            _ = try #require(d.said("c\(cycle)-4: waiting"), "cycle \(cycle): \(d.daemon?.stderr ?? "")")
+            tb.plug(laptop, true)
+            for _ in 0..<5 { _ = try #require(d.said("c\(cycle)-"), "cycle \(cycle) did not run: \(d.daemon?.stderr ?? "")") }
+            let deadline = Date().addingTimeInterval(10)
+            while try !d.pending().isEmpty, Date() < deadline { _ = d.said(": finished", within: 1) }
+            let left = try d.pending()
+            #expect(left.isEmpty, "cycle \(cycle): \(left)")
+            tb.plug(laptop, false)
+            // The unplug is seen once a task that needs the charger waits.
+            var n = 0
+            while true {
+                n += 1
+                #expect(try d.bgtask(["submit", "--id", "probe-\(cycle)-\(n)", "--requires-external-power", "--", "true"]).0 == 0)
+                let l = try #require(d.said("probe-\(cycle)-\(n): "), "\(d.daemon?.stderr ?? "")")
+                if l.contains("waiting") { #expect(try d.bgtask(["cancel", "probe-\(cycle)-\(n)"]).0 == 0); break }
+                #expect(n < 20)
+            }
+        }
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("bgtaskd sees every child's exit: 40 short tasks through 4 slots all finish (signals are blocked before GDBus starts its thread)")
+    func everyExitIsSeen() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true)
+        for i in 0..<40 { #expect(try d.bgtask(["submit", "--id", "short-\(i)", "--", "true"]).0 == 0) }
+        var finished = Set<String>()
+        while finished.count < 40, let l = d.said(": finished", within: 15) {
+            if let id = l.split(separator: " ").dropFirst().first { finished.insert(String(id)) }
+        }
+        #expect(finished.count == 40, "\(finished.count) of 40 finished: \(d.daemon?.stderr.suffix(1500) ?? "")")
+        let (_, running, _) = try d.bgtask(["tasks", "--json"])
+        #expect(running.trimmingCharacters(in: .whitespacesAndNewlines) == "[]")
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("every thread of bgtaskd blocks SIGCHLD and SIGTERM, so the signalfd sees each one (GDBus's threads included)")
+    func everyThreadBlocksTheSignals() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true)
+        let pid = try #require(d.daemon?.process.processIdentifier)
+        let threads = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        #expect(threads.count >= 2)   // the main loop and GDBus's worker at least
+        for tid in threads {
+            let status = try String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8)
+            let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") })
+            let mask = try #require(UInt64(line.dropFirst("SigBlk:".count).trimmingCharacters(in: .whitespaces), radix: 16))
+            let name = (try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/comm", encoding: .utf8)) ?? tid
+            #expect(mask & (1 << (UInt64(SIGCHLD) - 1)) != 0, "thread \(name) does not block SIGCHLD")
+            #expect(mask & (1 << (UInt64(SIGTERM) - 1)) != 0, "thread \(name) does not block SIGTERM")
+        }
     }
 }
