@@ -20,6 +20,20 @@ public enum Schedule {
         return Swift.min(max, base * Double(1 << UInt64(doublings)))
     }
 
+    /// Background runtime on battery, per app and local day: `add` the time from the last mark to `now`
+    /// for every app that had a task running, if the machine was on battery over that stretch.
+    public struct BatteryUse: Sendable, Equatable {
+        public var day: Int
+        public var seconds: [String: Double] = [:]
+        public init(day: Int) { self.day = day }
+
+        public mutating func add(_ elapsed: Double, apps: Set<String>, onBattery: Bool, day today: Int) {
+            if today != day { day = today; seconds = [:] }
+            guard onBattery, elapsed > 0, elapsed.isFinite else { return }
+            for a in apps { seconds[a, default: 0] += elapsed }
+        }
+    }
+
     /// How many tasks run now, in the terms of the daemon's limits.
     public struct Load: Sendable, Equatable {
         public var running: Int
@@ -37,20 +51,30 @@ public enum Schedule {
         public var maxPendingPerApp: Int
         public var retryBackoff: Double
         public var retryBackoffMax: Double
+        /// Seconds of background runtime an app's tasks may have on battery each day (Android-style quota).
+        public var appBatteryBudget: Double
 
         public init(maxRunning: Int = 4, maxRunningHeavy: Int = 1, maxPendingPerApp: Int = 1000, retryBackoff: Double = 30,
-                    retryBackoffMax: Double = 3600) {
+                    retryBackoffMax: Double = 3600, appBatteryBudget: Double = 600) {
             self.maxRunning = maxRunning
             self.maxRunningHeavy = maxRunningHeavy
             self.maxPendingPerApp = maxPendingPerApp
             self.retryBackoff = retryBackoff
             self.retryBackoffMax = retryBackoffMax
+            self.appBatteryBudget = appBatteryBudget
         }
 
         public init(_ s: PolicySettings) {
             self.init(maxRunning: Int(s.number("daemon.max_running")), maxRunningHeavy: Int(s.number("daemon.max_running_heavy")),
                       maxPendingPerApp: Int(s.number("daemon.max_pending_per_app")), retryBackoff: s.number("daemon.retry_backoff"),
-                      retryBackoffMax: s.number("daemon.retry_backoff_max"))
+                      retryBackoffMax: s.number("daemon.retry_backoff_max"), appBatteryBudget: s.number("daemon.app_battery_budget"))
+        }
+
+        /// nil if an app that has used `used` seconds on battery today may start more work now, else why not.
+        /// On external power (or when power is unknown) the budget does not apply.
+        public func budget(app: String, used: Double, onBattery: Bool) -> String? {
+            guard onBattery, used >= appBatteryBudget else { return nil }
+            return "\(app) used its daily battery budget (\(formatDuration(appBatteryBudget)), daemon.app_battery_budget); it waits for the charger or tomorrow"
         }
 
         /// nil if one more task like `task` may start under `load`, else why not (in the words `pending` shows).

@@ -87,6 +87,10 @@ public final class Daemon {
     var views: [String: AppTaskView] = [:]
     /// App processes bgtaskd started for background work, by app id.
     var launchedApps: [String: TaskProcess] = [:]
+    /// Apps' background runtime on battery today, and when and in which power state it was last counted.
+    var batteryUse = Schedule.BatteryUse(day: 0)
+    var accountedAt = 0.0
+    var onBattery = false
     var policyWatchFD: Int32 = -1
     var reloadGeneration = 0
     /// The newest readings from the watcher (before the daemon's own conditions are added).
@@ -135,6 +139,10 @@ public final class Daemon {
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
         try? audit.prune(now: wallClockNow())
+        batteryUse = Schedule.BatteryUse(day: localDay())
+        batteryUse.seconds = (try? store.usage(day: batteryUse.day)) ?? [:]
+        accountedAt = monotonic()
+        scheduleMidnight()
         loadApps()
         recoverInterrupted()
         audit.flush()
@@ -213,7 +221,11 @@ public final class Daemon {
                            enqueuedAt: mono - max(0, wall - row.submitted))
         s.speaker = "bgtaskd"
         s.quietFirstWait = restored
-        s.slot = { [unowned self] t in self.limits.slot(for: t, load: self.load) }
+        let app = row.isAppTask ? row.app : nil
+        s.slot = { [unowned self] t in
+            self.limits.slot(for: t, load: self.load)
+                ?? app.flatMap { self.limits.budget(app: $0, used: self.batteryUse.seconds[$0] ?? 0, onBattery: self.onBattery) }
+        }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         let e = Entry(row: row, supervisor: s)
@@ -237,7 +249,9 @@ public final class Daemon {
 
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {
+        accountBattery()
         guard let c = conditions else { return }
+        onBattery = c["power.external"] == .bool(false)
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
         for e in all { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
     }
@@ -292,6 +306,7 @@ public final class Daemon {
     func afterRound(conditionsChanged: Bool) {
         let now = monotonic()
         events.timersDue(supervisors, now: now)
+        accountBattery()
         var freed = false
         for (id, e) in running where e.supervisor.isDone {
             running[id] = nil
@@ -316,8 +331,36 @@ public final class Daemon {
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
     }
 
+    /// Counts the stretch since the last count against every app that had a task running, if on battery then.
+    func accountBattery() {
+        let now = monotonic()
+        // Tasks that ended since the last count still ran until now (they leave `running` after this).
+        let apps = Set(running.values.filter { $0.row.isAppTask }.map(\.row.app))
+        batteryUse.add(now - accountedAt, apps: apps, onBattery: onBattery, day: localDay())
+        accountedAt = now
+    }
+
+    func localDay() -> Int {
+        var t = time_t(wallClockNow())
+        var parts = tm()
+        localtime_r(&t, &parts)
+        return Int((wallClockNow() + Double(parts.tm_gmtoff)) / 86_400)
+    }
+
+    /// At local midnight the budgets start again: work they held back is looked at anew.
+    func scheduleMidnight() {
+        let secondsToday = localTime().secondsSinceMidnight
+        loop.after(86_400 - secondsToday + 1) { [unowned self] in
+            self.accountBattery()
+            for e in self.all where e.supervisor.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
+            self.afterRound(conditionsChanged: false)
+            self.scheduleMidnight()
+        }
+    }
+
     /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.
     func finished(_ e: Entry) {
+        if e.row.isAppTask { try? store.saveUsage(day: batteryUse.day, seconds: batteryUse.seconds) }
         let s = e.supervisor
         let status = s.finish()
         let wasRunning = e.row.state == "running"

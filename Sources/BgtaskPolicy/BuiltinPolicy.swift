@@ -30,6 +30,7 @@ max_running_heavy = 1     # CPU-heavy tasks running at once
 max_pending_per_app = 1000
 retry_backoff = "30s"     # before the first retry of a failed --retry task; doubled each time
 retry_backoff_max = "1h"
+app_battery_budget = "10m"  # an app's background runtime on battery per day; then it waits for the charger
 
 # ---- the task's own requirements: they apply to every task ----
 

@@ -17,6 +17,7 @@ public struct PolicySettings: Sendable, Equatable {
         ("daemon.max_pending_per_app", "bgtaskd: pending requests one app (or the command line) may have"),
         ("daemon.retry_backoff", "bgtaskd: wait before the first retry of a failed --retry task; doubled each time"),
         ("daemon.retry_backoff_max", "bgtaskd: the longest wait between retries"),
+        ("daemon.app_battery_budget", "bgtaskd: background runtime an app's tasks may have on battery each day"),
     ]
 
     public static let defaults: [String: PolicyValue] = [
@@ -24,12 +25,13 @@ public struct PolicySettings: Sendable, Equatable {
         "thermal.fair_celsius": .number(70), "thermal.serious_celsius": .number(85), "thermal.critical_celsius": .number(95),
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
         "daemon.max_running": .number(4), "daemon.max_running_heavy": .number(1), "daemon.max_pending_per_app": .number(1000),
-        "daemon.retry_backoff": .duration(30), "daemon.retry_backoff_max": .duration(3600),
+        "daemon.retry_backoff": .duration(30), "daemon.retry_backoff_max": .duration(3600), "daemon.app_battery_budget": .duration(600),
     ]
 
     /// Upper bounds of the duration settings: a grace or a budget of years would leave work running for ever.
     public static let maxDuration: [String: Double] = ["run.expire_grace": 3600, "run.refresh_budget": 86_400,
-                                                       "daemon.retry_backoff": 86_400, "daemon.retry_backoff_max": 7 * 86_400]
+                                                       "daemon.retry_backoff": 86_400, "daemon.retry_backoff_max": 7 * 86_400,
+                                                       "daemon.app_battery_budget": 86_400]
     /// Upper bounds of number settings other than percentages (which are 0–100); 200 when not listed.
     public static let maxNumber: [String: Double] = ["daemon.max_running": 256, "daemon.max_running_heavy": 256,
                                                      "daemon.max_pending_per_app": 100_000]

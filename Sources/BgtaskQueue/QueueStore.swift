@@ -113,7 +113,7 @@ public final class QueueStore: @unchecked Sendable {
         do {
             db = try DatabaseQueue(path: path, configuration: config)
             let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
-            if !Set(tables).isSubset(of: ["grdb_migrations", "request"]) {
+            if !Set(tables).isSubset(of: ["grdb_migrations", "request", "app_usage"]) {
                 throw QueueError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))); refusing to use it")
             }
             try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
@@ -154,6 +154,14 @@ public final class QueueStore: @unchecked Sendable {
                     t.add(column: "resources", .text)
                 }
             }
+            m.registerMigration("v3-app-usage") { db in
+                try db.create(table: "app_usage") { t in
+                    t.column("app", .text).notNull()
+                    t.column("day", .integer).notNull()
+                    t.column("seconds", .double).notNull()
+                    t.primaryKey(["app", "day"])
+                }
+            }
             try m.migrate(db)
         } catch let e as QueueError {
             throw e
@@ -188,6 +196,28 @@ public final class QueueStore: @unchecked Sendable {
     @discardableResult
     public func remove(_ id: String, state: String) throws -> Bool {
         try db.write { try QueuedTask.deleteOne($0, key: ["id": id, "state": state]) }
+    }
+
+    /// Each app's background runtime on battery on `day` (days since the epoch, local time).
+    public func usage(day: Int) throws -> [String: Double] {
+        try db.read { db in
+            var out: [String: Double] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT app, seconds FROM app_usage WHERE day = ?", arguments: [day]) {
+                out[row["app"]] = row["seconds"]
+            }
+            return out
+        }
+    }
+
+    /// Keeps `day`'s figures (and forgets days older than a week).
+    public func saveUsage(day: Int, seconds: [String: Double]) throws {
+        try db.write { db in
+            for (app, s) in seconds {
+                try db.execute(sql: "INSERT INTO app_usage (app, day, seconds) VALUES (?, ?, ?) ON CONFLICT (app, day) DO UPDATE SET seconds = excluded.seconds",
+                               arguments: [app, day, s])
+            }
+            try db.execute(sql: "DELETE FROM app_usage WHERE day < ?", arguments: [day - 7])
+        }
     }
 
     public func count(app: String) throws -> Int {

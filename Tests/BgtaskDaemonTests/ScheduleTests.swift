@@ -120,3 +120,27 @@ struct AppTaskMachineTests {
         }
     }
 }
+
+@Suite("the daily battery budget per app, in virtual time")
+struct BatteryBudgetTests {
+    @Test("runtime on battery adds up per app (once per app, however many of its tasks run); on the charger nothing counts; a new day starts at zero")
+    func accounting() {
+        var use = Schedule.BatteryUse(day: 100)
+        use.add(120, apps: ["a", "b"], onBattery: true, day: 100)
+        use.add(300, apps: ["a"], onBattery: false, day: 100)
+        use.add(60, apps: ["a"], onBattery: true, day: 100)
+        #expect(use.seconds["a"] == 180)
+        #expect(use.seconds["b"] == 120)
+        use.add(10, apps: ["a"], onBattery: true, day: 101)
+        #expect(use.seconds["a"] == 10)
+        #expect(use.seconds["b"] == nil)
+    }
+
+    @Test("an app over its budget waits on battery, not on the charger")
+    func enforcement() {
+        let limits = Schedule.Limits(appBatteryBudget: 600)
+        #expect(limits.budget(app: "a", used: 599, onBattery: true) == nil)
+        #expect(limits.budget(app: "a", used: 600, onBattery: true)?.contains("daemon.app_battery_budget") == true)
+        #expect(limits.budget(app: "a", used: 5000, onBattery: false) == nil)
+    }
+}

@@ -147,3 +147,30 @@ extension UmockdevIntegrationTests {
         #expect(why.contains("recorded against com.example.ColorFeed") || why.contains("not completed"), "\(why)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("an app that used its daily battery budget waits on battery with that reason, and runs when the charger comes")
+    func appBatteryBudget() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-budget.toml", "[run]\nexpire_grace = \"1s\"\n\n[daemon]\napp_battery_budget = \"1s\"\n")
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        var env = app.env
+        env["HANG"] = "1"
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: env, extraEnv: app.env)
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
+        _ = try #require(d.said("\(key): delivered"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["debug", "expire", key]).0 == 0)
+        _ = try #require(d.said("\(key): finished"), "\(d.daemon?.stderr ?? "")")   // ended after its grace: > 1 s on battery in all
+
+        #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
+        let waiting = try #require(d.said("\(key): waiting"), "\(d.daemon?.stderr ?? "")")
+        #expect(waiting.contains("daily battery budget"), "\(waiting)")
+        tb.plug(laptop, true)
+        _ = try #require(d.said("\(key): started"), "not started on the charger: \(d.daemon?.stderr ?? "")")
+    }
+}
