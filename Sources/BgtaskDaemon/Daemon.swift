@@ -138,7 +138,6 @@ public final class Daemon {
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
-        try? audit.prune(now: wallClockNow())
         batteryUse = Schedule.BatteryUse(day: localDay())
         batteryUse.seconds = (try? store.usage(day: batteryUse.day)) ?? [:]
         accountedAt = monotonic()
@@ -164,7 +163,8 @@ public final class Daemon {
         // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
         loop.after(0) { [unowned self] in
-            let rows = ((try? self.store.all()) ?? []).filter { $0.state == "pending" }
+            try? self.audit.prune(now: wallClockNow())
+            let rows = (try? self.store.all(state: "pending")) ?? []
             if !rows.isEmpty { self.say("\(rows.count) pending in the queue") }
             self.restore(rows[...])
         }
@@ -394,8 +394,8 @@ public final class Daemon {
     /// What a daemon that died left running: ended (never left frozen, never run twice at once), recorded,
     /// and re-queued if it is processing work; refresh work is dropped, as on iOS.
     func recoverInterrupted() {
-        guard let rows = try? store.all() else { return }
-        for r in rows where r.state == "running" {
+        guard let rows = try? store.all(state: "running") else { return }
+        for r in rows {
             let runID = r.runID ?? "\(r.id)-recovered"
             let lost = "bgtaskd was gone while it ran (pid \(r.pgid ?? 0))"
             audit.record(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
@@ -403,7 +403,7 @@ public final class Daemon {
             let done = Recovery.endInterrupted(pgid: r.pgid ?? 0, childStart: UInt64(max(0, r.childStart ?? 0)), cgroupRecord: r.cgroup ?? "-",
                                                grace: policy.settings.number("run.expire_grace"))
             let requeue = r.kind != "refresh"
-            let pendingExists = rows.contains { $0.id == r.id && $0.state == "pending" }
+            let pendingExists = (try? store.get(r.id, state: "pending")) != nil
             let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
             audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,
                                   runID: runID), task: r.fields)

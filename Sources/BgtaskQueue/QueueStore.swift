@@ -174,6 +174,11 @@ public final class QueueStore: @unchecked Sendable {
         try db.read { try QueuedTask.order(Column("submitted"), Column("id")).fetchAll($0) }
     }
 
+    /// The requests in one state (`running`: what a daemon that died left), without reading the rest.
+    public func all(state: String) throws -> [QueuedTask] {
+        try db.read { try QueuedTask.filter(Column("state") == state).order(Column("submitted"), Column("id")).fetchAll($0) }
+    }
+
     public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
         try db.read { try QueuedTask.fetchOne($0, key: ["id": id, "state": state]) }
     }
