@@ -129,6 +129,16 @@ func liveState(_ pid: Int32) -> String? {
     return s
 }
 
+/// Waits (bounded) until `pid` is in `state` (its /proc entry polled each 20 ms: another's stop has no event).
+func reaches(_ pid: Int32, _ state: String, within seconds: Double) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if liveState(pid) == state { return true }
+        usleep(20_000)
+    }
+    return liveState(pid) == state
+}
+
 /// Waits (bounded) until `pid` is gone: its /proc entry polled each 50 ms, as there is no event for another's exit.
 func gone(_ pid: Int32, within seconds: Double) -> Bool {
     let end = Date().addingTimeInterval(seconds)
@@ -153,7 +163,7 @@ extension UmockdevIntegrationTests {
         let pid = try #require(startedPID(started))
         tb.plug(laptop, false)
         _ = try #require(d.said("sync: paused"), "not paused: \(d.daemon?.stderr ?? "")")
-        #expect(liveState(pid) == "T")
+        #expect(reaches(pid, "T", within: 5), "state \(liveState(pid) ?? "gone")")   // SIGSTOP lands a moment after it is sent
 
         d.crash()
         // Frozen with nobody to thaw it — unless the kernel's rule for an orphaned process group with a

@@ -135,7 +135,7 @@ struct HardeningTests {
         kill(run.process.processIdentifier, SIGALRM)
         // Once these killed bgtask at once; now it goes on supervising (they wait, pending, in the stopped command).
         #expect(run.waitExit(within: 1) == nil, "bgtask died: \(run.stderr)")
-        #expect(processState(pid) == "T")
+        #expect(reaches(pid, "T", within: 5))
         run.process.terminate()
         // SIGTERM thaws the command; its pending signals are delivered lowest first, so it dies of USR2,
         // ALRM or TERM — never left frozen.
