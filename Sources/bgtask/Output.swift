@@ -12,7 +12,7 @@ extension Bgtask {
         @Flag(name: .long, help: "The run before the last.")
         var previous = false
 
-        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"))
+        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind)
         var id: String
 
         func run() throws {

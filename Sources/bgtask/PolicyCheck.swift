@@ -11,7 +11,7 @@ extension Bgtask.PolicyCommand {
             abstract: "Check policy files: exit 0 when valid, else each error as file:line:col on stderr and exit 1.",
             discussion: "With no files, checks every layer of the policy in force.")
 
-        @Argument(help: ArgumentHelp("Files to check (default: every layer in force).", valueName: "file"))
+        @Argument(help: ArgumentHelp("Files to check (default: every layer in force).", valueName: "file"), completion: .file(extensions: ["toml"]))
         var files: [String] = []
 
         @Flag(name: .shortAndLong, help: "Say nothing when all is well.")

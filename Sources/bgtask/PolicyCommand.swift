@@ -21,7 +21,7 @@ extension Bgtask {
 
 /// `--policy FILE`: extra layers on top of the ones in force, for trying a change.
 struct PolicyFilesOption: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("Add this file as the top layer (repeatable).", valueName: "file"))
+    @Option(name: .long, help: ArgumentHelp("Add this file as the top layer (repeatable).", valueName: "file"), completion: .file(extensions: ["toml"]))
     var policy: [String] = []
 
     /// The merged policy; exits 78 (EX_CONFIG) when a layer does not load, since a decision from a

@@ -14,7 +14,7 @@ extension Bgtask {
             abstract: "Tell the story of a task: what it waited for, which rule (file:line) decided, and what happened.",
             discussion: "Without a task id: the 20 most recent tasks (--all: every task since --since) and where each stands now.")
 
-        @Argument(help: ArgumentHelp("The task id (`bgtask run --id`, default the command's name).", valueName: "id"))
+        @Argument(help: ArgumentHelp("The task id (`bgtask run --id`, default the command's name).", valueName: "id"), completion: TaskIDCompletion.kind)
         var id: String?
 
         @Option(name: .long, help: ArgumentHelp("How far back to look (default 1d).", valueName: "duration"))

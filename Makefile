@@ -1,0 +1,60 @@
+# bgtask: build, test, install. `make`, `make check`, `make install DESTDIR=… PREFIX=/usr`, `make uninstall`.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+DATADIR    ?= $(PREFIX)/share
+MANDIR     ?= $(DATADIR)/man
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+DBUSSERVICEDIR ?= $(DATADIR)/dbus-1/services
+DESTDIR    ?=
+
+SWIFT      ?= swift
+SWIFTFLAGS ?= -c release --static-swift-stdlib
+BUILD      := .build/release
+PRODUCTS   := bgtask bgtaskd
+GEN        := .build/install-gen
+
+.PHONY: all check install uninstall clean-gen man completions
+
+all:
+	for p in $(PRODUCTS); do $(SWIFT) build $(SWIFTFLAGS) --product $$p || exit 1; done
+
+check:
+	scripts/test.sh
+
+# Man pages from the argument-parser definitions (one per subcommand), and bgtask-policy.5 from docs/policy.md.
+man: all
+	rm -rf $(GEN)/man && mkdir -p $(GEN)/man
+	python3 scripts/gen-man.py $(BUILD) $(GEN)/man
+	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 > $(GEN)/man/bgtask-policy.5
+
+completions: all
+	mkdir -p $(GEN)/completions
+	$(BUILD)/bgtask --generate-completion-script bash > $(GEN)/completions/bgtask.bash
+	$(BUILD)/bgtask --generate-completion-script zsh > $(GEN)/completions/_bgtask
+	$(BUILD)/bgtask --generate-completion-script fish > $(GEN)/completions/bgtask.fish
+
+install: all man completions
+	install -d $(DESTDIR)$(BINDIR)
+	for p in $(PRODUCTS); do install -m 0755 $(BUILD)/$$p $(DESTDIR)$(BINDIR)/$$p && strip $(DESTDIR)$(BINDIR)/$$p; done
+	install -d $(DESTDIR)$(DATADIR)/bgtask/policies
+	install -m 0644 Policies/*.toml $(DESTDIR)$(DATADIR)/bgtask/policies/
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
+	install -m 0644 $(GEN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(GEN)/man/bgtask-policy.5 $(DESTDIR)$(MANDIR)/man5/
+	install -D -m 0644 $(GEN)/completions/bgtask.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask
+	install -D -m 0644 $(GEN)/completions/_bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask
+	install -D -m 0644 $(GEN)/completions/bgtask.fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
+	install -d $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(DBUSSERVICEDIR) $(DESTDIR)$(DATADIR)/dbus-1/interfaces
+	sed 's|@BINDIR@|$(BINDIR)|g' data/bgtaskd.service.in > $(DESTDIR)$(USERUNITDIR)/bgtaskd.service
+	sed 's|@BINDIR@|$(BINDIR)|g' data/io.github.bgtask.Scheduler1.service.in > $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service
+	install -m 0644 data/io.github.bgtask.Scheduler1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
+	install -D -m 0644 data/policy.d-README $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
+	rm -rf $(DESTDIR)$(DATADIR)/bgtask
+	rm -f $(DESTDIR)$(MANDIR)/man1/bgtask.1 $(DESTDIR)$(MANDIR)/man1/bgtask-*.1 $(DESTDIR)$(MANDIR)/man1/bgtaskd.1 $(DESTDIR)$(MANDIR)/man5/bgtask-policy.5
+	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
+	rm -f $(DESTDIR)$(USERUNITDIR)/bgtaskd.service $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service $(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.bgtask.Scheduler1.xml
+	rm -f $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make install DESTDIR=… PREFIX=/usr` into a temporary root, then checks the layout, that every man page
+# renders, that the completion scripts load in bash, zsh and fish, and that the installed binary finds its
+# own policies and runs. CI runs it after the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+make install DESTDIR="$root" PREFIX=/usr >/dev/null
+fail() { echo "check-install: $*" >&2; exit 1; }
+for f in usr/bin/bgtask usr/bin/bgtaskd usr/share/bgtask/policies/default.toml usr/share/man/man1/bgtask.1 \
+         usr/share/man/man1/bgtask-run.1 usr/share/man/man1/bgtask-submit.1 usr/share/man/man1/bgtask-policy-check.1 \
+         usr/share/man/man1/bgtaskd.1 usr/share/man/man5/bgtask-policy.5 usr/share/bash-completion/completions/bgtask \
+         usr/share/zsh/site-functions/_bgtask usr/share/fish/vendor_completions.d/bgtask.fish \
+         usr/lib/systemd/user/bgtaskd.service usr/share/dbus-1/services/io.github.bgtask.Scheduler1.service \
+         usr/share/dbus-1/interfaces/io.github.bgtask.Scheduler1.xml etc/bgtask/policy.d/README; do
+  [[ -f "$root/$f" ]] || fail "missing $f"
+done
+grep -q '^ExecStart=/usr/bin/bgtaskd$' "$root/usr/lib/systemd/user/bgtaskd.service" || fail "unit's ExecStart"
+grep -q '^Exec=/usr/bin/bgtaskd$' "$root/usr/share/dbus-1/services/io.github.bgtask.Scheduler1.service" || fail "activation Exec"
+file "$root/usr/bin/bgtask" 2>/dev/null | grep -q "not stripped" && fail "bgtask is not stripped"
+for page in "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5; do
+  out=$(MANWIDTH=80 man -l "$page" 2>&1 >/dev/null) || fail "man -l $page"
+  [[ -z "$out" ]] || fail "man -l $page: $out"
+done
+bash -c "source '$root/usr/share/bash-completion/completions/bgtask' && complete -p bgtask >/dev/null" || fail "bash completion"
+if command -v zsh >/dev/null; then
+  zsh -f -c "autoload -U compinit && compinit -u && source '$root/usr/share/zsh/site-functions/_bgtask'" || fail "zsh completion"
+fi
+if command -v fish >/dev/null; then
+  fish --no-config -c "source '$root/usr/share/fish/vendor_completions.d/bgtask.fish'; and complete -c bgtask | grep -q ." || fail "fish completion"
+fi
+# The installed binary alone finds its shipped policies under its own prefix.
+show=$(env -u BGTASK_POLICY_DIR "$root/usr/bin/bgtask" policy show 2>&1) || fail "policy show: $show"
+grep -q "$root/usr/share/bgtask/policies/default.toml" <<<"$show" || grep -q "share/bgtask/policies/default.toml" <<<"$show" || fail "policies not found under the prefix: $(head -3 <<<"$show")"
+"$root/usr/bin/bgtaskd" --version >/dev/null || fail "bgtaskd --version"
+size=$(du -m "$root/usr/bin/bgtask" | cut -f1)
+echo "check-install: ok (bgtask ${size} MB stripped; man pages render; completions load)"
