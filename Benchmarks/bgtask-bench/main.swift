@@ -436,6 +436,15 @@ if want("9") {
     Thread.sleep(forTimeInterval: 1)
     for i in 0..<200 { rtts.append(submit("rtt-\(i % 50)", ["true"])); usleep(6000) }   // replacing requests: the queue stays at 1,050
     row("`Submit` round trip over the session bus (1,050 pending)", rtts, unit: "ms")
+    // The floor: a call that does nothing but answer, through the same two bus hops and GDBus threads.
+    var floor: [Double] = []
+    for _ in 0..<200 {
+        let t0 = now()
+        _ = try? client.call("GetStatus", [])
+        floor.append(Double(now() - t0) / 1_000_000)
+        usleep(6000)
+    }
+    row("`GetStatus` round trip (the bus floor, same daemon)", floor, unit: "ms")
     print(String(format: "| bgtaskd RSS, 1,050 pending | 1 | %.1f MB | |", rssMB(daemon.process.processIdentifier)))
     idleRow("idle bgtaskd wake-ups per minute (1,050 tasks waiting for power, a zone)", daemon)
 
