@@ -54,6 +54,26 @@ final class PolicyEnv {
 
 @Suite("bgtask policy, end to end")
 struct PolicyCommandTests {
+    @Test("policy check --json: ok, the files, the rule count; a broken file's errors at file, line and column, exit 1")
+    func checkJSON() throws {
+        let p = try PolicyEnv()
+        let ok = try p.run(["policy", "check", "--json", repoRoot.appendingPathComponent("Policies/default.toml").path])
+        #expect(ok.0 == 0)
+        let good = try #require(try JSONSerialization.jsonObject(with: Data(ok.1.utf8)) as? [String: Any])
+        #expect(good["ok"] as? Bool == true)
+        #expect((good["rules"] as? Int ?? 0) >= 9)
+        #expect((good["errors"] as? [Any])?.isEmpty == true)
+        try p.userPolicy("bad.toml", "[[rule]]\nid = \"x\"\nwhen = 'thermal.state > \"warm\"'\nverdict = \"defer\"\n")
+        let r = try p.run(["policy", "check", "--json", p.userDir.appendingPathComponent("bad.toml").path])
+        #expect(r.0 == 1)
+        let badJSON = try #require(try JSONSerialization.jsonObject(with: Data(r.1.utf8)) as? [String: Any])
+        #expect(badJSON["ok"] as? Bool == false)
+        let first = try #require((badJSON["errors"] as? [[String: Any]])?.first)
+        #expect(first["line"] as? Int == 3)
+        #expect((first["file"] as? String)?.hasSuffix("bad.toml") == true)
+        #expect((first["message"] as? String)?.contains("warm") == true)
+    }
+
     @Test("check passes the shipped policy and exits 1 on every broken file, naming file:line:col")
     func checkExitCodes() throws {
         let p = try PolicyEnv()
