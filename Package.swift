@@ -63,7 +63,7 @@ let package = Package(
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
-        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig",
+        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
                                                      "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
         .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes",
                                                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),

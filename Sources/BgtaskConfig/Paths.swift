@@ -58,3 +58,25 @@ extension StatePaths {
         stateDirectory + "/output/" + safeName(id) + ".log"
     }
 }
+
+/// What a task may be called, for the CLI and the daemon alike.
+public enum TaskID {
+    public static let maxBytes = 255
+
+    /// nil if `id` is a usable identifier, else why not: 1 to 255 bytes of UTF-8, no control characters.
+    public static func problem(_ id: String) -> String? {
+        if id.isEmpty { return "the identifier is empty" }
+        if id.utf8.count > maxBytes { return "the identifier is \(id.utf8.count) bytes, over \(maxBytes)" }
+        if id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || ($0.value >= 0x80 && $0.value < 0xA0) }) {
+            return "the identifier contains control characters"
+        }
+        return nil
+    }
+
+    /// The default name of a command's task: its program's base name, letters, digits, '.', '_', '-' (at most 64).
+    public static func fromCommand(_ path: String) -> String {
+        let base = path.split(separator: "/").last.map(String.init) ?? path
+        let cleaned = base.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }
+        return cleaned.isEmpty ? "task" : String(cleaned.prefix(64))
+    }
+}

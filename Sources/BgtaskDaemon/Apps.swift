@@ -4,6 +4,7 @@
 import BgtaskBus
 import BgtaskConfig
 import BgtaskCore
+import BgtaskJSON
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskQueue
@@ -220,7 +221,7 @@ extension Daemon {
         func bad(_ s: String) -> Result<Void, BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, s)) }
         if let unknown = opts.keys.sorted().first(where: { !Daemon.appSubmitKeys.contains($0) }) { return bad("unknown request key '\(unknown)'") }
         guard let identifier = opts["identifier"]?.string else { return bad("identifier (s) is required") }
-        if let why = RequestBounds.checkID(identifier) { return bad(why) }
+        if let why = TaskID.problem(identifier) { return bad(why) }
         guard let kind = opts["kind"]?.string, AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
         guard m.permits(identifier) else {
             return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
@@ -263,7 +264,7 @@ extension Daemon {
                     return .failure(BusError(SchedulerBus.ErrorName.unavailable, "no usable GPU render node (/dev/dri/renderD*) for this user"))
                 }
             }
-            row.resources = JSONValueList.text(list)
+            row.resources = JSONValue.array(list.map { .string($0) }).rendered
         }
         if pending[key] == nil, (try? store.count(app: m.id)) ?? 0 >= limits.maxPendingPerApp {
             return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
@@ -367,11 +368,5 @@ extension Daemon {
             self.buckets[name] = nil
             for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }
-    }
-}
-
-enum JSONValueList {
-    static func text(_ list: [String]) -> String {
-        "[" + list.map { "\"" + $0 + "\"" }.joined(separator: ",") + "]"
     }
 }

@@ -8,25 +8,14 @@ import BgtaskPolicy
 import BgtaskQueue
 import BgtaskRun
 
-/// Bounds on what a caller may send: identifiers, commands, and how fast.
+/// Bounds on what a caller may send: commands and how fast (identifiers: `TaskID.problem`).
 public enum RequestBounds {
-    public static let maxIDBytes = 255
     public static let maxArguments = 4096
     public static let maxCommandBytes = 256 * 1024
     public static let maxDirectoryBytes = 4096
     /// Submits per caller per second, averaged over a burst of `submitBurst`.
     public static let submitsPerSecond = 200.0
     public static let submitBurst = 1000.0
-
-    /// nil if `id` is a usable identifier, else why not.
-    public static func checkID(_ id: String) -> String? {
-        if id.isEmpty { return "the identifier is empty" }
-        if id.utf8.count > maxIDBytes { return "the identifier is \(id.utf8.count) bytes, over \(maxIDBytes)" }
-        if id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || ($0.value >= 0x80 && $0.value < 0xA0) }) {
-            return "the identifier contains control characters"
-        }
-        return nil
-    }
 }
 
 extension Daemon {
@@ -100,8 +89,8 @@ extension Daemon {
         if argv.isEmpty || argv[0].isEmpty { return bad("the command is empty") }
         if argv.count > RequestBounds.maxArguments { return bad("the command has \(argv.count) arguments, over \(RequestBounds.maxArguments)") }
         if argv.reduce(0, { $0 + $1.utf8.count + 1 }) > RequestBounds.maxCommandBytes { return bad("the command is over \(RequestBounds.maxCommandBytes) bytes") }
-        guard let id = (opts["id"] ?? .string(defaultID(argv[0]))).string else { return bad("id must be a string") }
-        if let why = RequestBounds.checkID(id) { return bad(why) }
+        guard let id = (opts["id"] ?? .string(TaskID.fromCommand(argv[0]))).string else { return bad("id must be a string") }
+        if let why = TaskID.problem(id) { return bad(why) }
         let kind = opts["kind"].map { $0.string ?? "" } ?? "processing"
         guard ["processing", "refresh", "continued"].contains(kind) else { return bad("kind '\(kind)': one of processing, refresh, continued") }
         let now = wallClockNow()
@@ -152,12 +141,6 @@ extension Daemon {
         say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
         bus.emit("TaskChanged", [.string(id), .string("pending")])
         return .success(id)
-    }
-
-    func defaultID(_ command: String) -> String {
-        let base = command.split(separator: "/").last.map(String.init) ?? command
-        let cleaned = base.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }
-        return cleaned.isEmpty ? "task" : String(cleaned.prefix(64))
     }
 
     func cancel(_ id: String) -> Result<String, BusError> {

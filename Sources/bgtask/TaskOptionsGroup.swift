@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskConfig
 import BgtaskPolicy
 
 /// The task options `run` and `submit` share (one definition, one validation).
@@ -31,27 +32,16 @@ struct TaskOptionsGroup: ParsableArguments {
         if !["processing", "refresh", "continued"].contains(kind) { throw ValidationError("--kind \(kind): one of processing, refresh, continued") }
         if unmetered && !requiresNetwork { throw ValidationError("--unmetered goes with --requires-network") }
         if let s = budget, parseDuration(s) == nil { throw ValidationError("--budget \(s): a duration such as 90s, 30m or 2h") }
-        if let i = id {
-            if i.isEmpty || i.utf8.count > 255 { throw ValidationError("--id: 1 to 255 bytes") }
-            if i.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || ($0.value >= 0x80 && $0.value < 0xA0) }) {
-                throw ValidationError("--id: no control characters")
-            }
-        }
+        if let i = id, let why = TaskID.problem(i) { throw ValidationError("--id: \(why)") }
     }
 
     func task(command: [String]) -> TaskFields {
-        var t = TaskFields(id: id ?? TaskOptionsGroup.taskName(command.first ?? "task"), kind: kind)
+        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: kind)
         t.requiresExternalPower = requiresExternalPower
         t.requiresNetwork = requiresNetwork
         t.requiresUnmetered = unmetered
         t.cpuHeavy = cpuHeavy
         t.userInitiated = userInitiated || kind == "continued"
         return t
-    }
-
-    static func taskName(_ path: String) -> String {
-        let base = path.split(separator: "/").last.map(String.init) ?? path
-        let cleaned = base.filter { $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }
-        return cleaned.isEmpty ? "task" : String(cleaned.prefix(64))
     }
 }
