@@ -7,6 +7,8 @@ let package = Package(
         .executable(name: "bgtask", targets: ["bgtask"]),
         .executable(name: "bgtaskd", targets: ["bgtaskd"]),
         .library(name: "BgtaskProbes", targets: ["BgtaskProbes"]),
+        // Apple's BackgroundTasks API on bgtaskd: `import BackgroundTasks` in a ported iOS app.
+        .library(name: "BackgroundTasks", targets: ["BackgroundTasks"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -68,6 +70,15 @@ let package = Package(
         .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes",
                                                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
+        // The app side: BGTaskScheduler, BGTask and the requests, talking to bgtaskd's app methods.
+        .target(name: "BackgroundTasks", dependencies: ["BgtaskBus"]),
+        // Ports of Apple's samples, run end to end in the tests (Examples/README.md).
+        // Swift 5 mode, as Apple's samples are written.
+        .executableTarget(name: "ColorFeed", dependencies: ["BackgroundTasks"], path: "Examples/ColorFeed",
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
+        .executableTarget(name: "Exporter", dependencies: ["BackgroundTasks"], path: "Examples/Exporter",
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
+
         .executableTarget(name: "bgtask", dependencies: [
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -86,6 +97,9 @@ let package = Package(
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
         .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig"]),
+        // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
+        .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

@@ -28,6 +28,10 @@ public indirect enum BusValue: Sendable, Equatable {
     case int64(Int64)
     case uint64(UInt64)
     case uint32(UInt32)
+    /// `i` (notification ids, hint values)
+    case int32(Int32)
+    /// `y` (a notification's urgency)
+    case byte(UInt8)
     case double(Double)
     case strings([String])
     /// `a{sv}`
@@ -43,6 +47,8 @@ public indirect enum BusValue: Sendable, Equatable {
         case .int64(let v): return Double(v)
         case .uint64(let v): return Double(v)
         case .uint32(let v): return Double(v)
+        case .int32(let v): return Double(v)
+        case .byte(let v): return Double(v)
         case .double(let v): return v
         default: return nil
         }
@@ -56,6 +62,8 @@ public indirect enum BusValue: Sendable, Equatable {
         case .int64(let v): return g_variant_new_int64(gint64(v))
         case .uint64(let v): return g_variant_new_uint64(guint64(v))
         case .uint32(let v): return g_variant_new_uint32(v)
+        case .int32(let v): return g_variant_new_int32(v)
+        case .byte(let v): return g_variant_new_byte(v)
         case .double(let v): return g_variant_new_double(v)
         case .strings(let a):
             var children: [OpaquePointer?] = a.map { g_variant_new_string(BusValue.validUTF8($0)) }
@@ -88,33 +96,39 @@ public indirect enum BusValue: Sendable, Equatable {
         case "x": return .int64(Int64(g_variant_get_int64(v)))
         case "t": return .uint64(UInt64(g_variant_get_uint64(v)))
         case "u": return .uint32(g_variant_get_uint32(v))
-        case "i": return .int64(Int64(g_variant_get_int32(v)))
+        case "i": return .int32(g_variant_get_int32(v))
+        case "y": return .byte(g_variant_get_byte(v))
         case "d": return .double(g_variant_get_double(v))
         case "v":
             let inner = g_variant_get_variant(v)!
             defer { g_variant_unref(inner) }
             return from(inner)
         case "as":
-            return .strings(children(v).map { c in String(cString: g_variant_get_string(c, nil)) })
+            return .strings(mapChildren(v) { c in String(cString: g_variant_get_string(c, nil)) })
         case "a{sv}":
             return .dict(dict(v))
         case "aa{sv}":
-            return .dicts(children(v).map { dict($0) })
+            return .dicts(mapChildren(v) { dict($0) })
         default: return nil
         }
     }
 
-    static func children(_ v: OpaquePointer) -> [OpaquePointer] {
+    /// Each child of a container, read by `body` while it is alive. (A child of a serialised GVariant — any
+    /// message body — is a new instance each time it is fetched; it must not be read after its unref.)
+    static func mapChildren<T>(_ v: OpaquePointer, _ body: (OpaquePointer) -> T) -> [T] {
         (0..<Int(g_variant_n_children(v))).map { i in
             let c = g_variant_get_child_value(v, gsize(i))!
-            g_variant_unref(c)   // the parent keeps it alive while we read
-            return c
+            defer { g_variant_unref(c) }
+            return body(c)
         }
     }
 
+    /// The values of a tuple or array (nil for a child of a type the interface does not use).
+    static func values(_ v: OpaquePointer) -> [BusValue?] { mapChildren(v) { from($0) } }
+
     static func dict(_ v: OpaquePointer) -> [String: BusValue] {
         var out: [String: BusValue] = [:]
-        for e in children(v) {
+        _ = mapChildren(v) { e in
             let k = g_variant_get_child_value(e, 0)!, val = g_variant_get_child_value(e, 1)!
             defer { g_variant_unref(k); g_variant_unref(val) }
             if let x = from(val) { out[String(cString: g_variant_get_string(k, nil))] = x }
@@ -148,6 +162,15 @@ public final class BusConnection: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
 
+    /// A connection of its own to the session bus, not the process's shared one: a library inside an app
+    /// must not change what the app's own GDBus connection does (exit-on-close, filters).
+    public init(privateSession: Bool) throws(BusError) {
+        var err: UnsafeMutablePointer<GError>?
+        guard let c = cgio_connect_private_session(&err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        raw = c
+        g_dbus_connection_set_exit_on_close(raw, 0)
+    }
+
     /// The system bus (logind lives there).
     public init(system: Bool) throws(BusError) {
         var err: UnsafeMutablePointer<GError>?
@@ -162,20 +185,35 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     final class Subscription {
-        let handler: (String, [BusValue]) -> Void
+        let handler: (String, String, [BusValue]) -> Void
         var id: guint = 0
-        init(_ h: @escaping (String, [BusValue]) -> Void) { handler = h }
+        init(_ h: @escaping (String, String, [BusValue]) -> Void) { handler = h }
     }
     var subscriptions: [Subscription] = []
 
     /// Calls `handler(member, args)` for each matching signal, on the main loop of the calling thread.
     public func subscribe(sender: String, interface: String, member: String, path: String,
                           _ handler: @escaping (String, [BusValue]) -> Void) {
+        subscribe(sender: sender, interface: interface, member: member, anyPath: false, path: path) { _, m, a in handler(m, a) }
+    }
+
+    /// The same for signals from any object of `sender` (`handler(path, member, args)`): one subscription for
+    /// objects that come and go (KDE's job views).
+    public func subscribe(sender: String, interface: String, member: String,
+                          _ handler: @escaping (String, String, [BusValue]) -> Void) {
+        subscribe(sender: sender, interface: interface, member: member, anyPath: true, path: nil, handler)
+    }
+
+    func subscribe(sender: String, interface: String, member: String, anyPath: Bool, path: String?,
+                   _ handler: @escaping (String, String, [BusValue]) -> Void) {
         let sub = Subscription(handler)
-        sub.id = cgio_subscribe(raw, sender, interface, member, path, { ctx, _, member, params in
+        let fn: cgio_signal_fn = { ctx, _, path, member, params in
             let s = Unmanaged<Subscription>.fromOpaque(ctx!).takeUnretainedValue()
-            s.handler(member.map { String(cString: $0) } ?? "", params.map { BusValue.children($0).compactMap { BusValue.from($0) } } ?? [])
-        }, Unmanaged.passUnretained(sub).toOpaque())
+            s.handler(path.map { String(cString: $0) } ?? "", member.map { String(cString: $0) } ?? "",
+                      params.map { BusValue.values($0).compactMap { $0 } } ?? [])
+        }
+        if let path { sub.id = cgio_subscribe(raw, sender, interface, member, path, fn, Unmanaged.passUnretained(sub).toOpaque()) }
+        else { sub.id = cgio_subscribe(raw, sender, interface, member, nil, fn, Unmanaged.passUnretained(sub).toOpaque()) }
         subscriptions.append(sub)
     }
 
@@ -210,7 +248,36 @@ public final class BusConnection: @unchecked Sendable {
             throw BusError(name, message)
         }
         defer { g_variant_unref(reply) }
-        return BusValue.children(reply).compactMap { BusValue.from($0) }
+        return BusValue.values(reply).compactMap { $0 }
+    }
+
+    final class Reply {
+        let handler: (Result<[BusValue], BusError>) -> Void
+        init(_ h: @escaping (Result<[BusValue], BusError>) -> Void) { handler = h }
+    }
+
+    /// Calls a method without waiting: `reply` runs on the calling thread's main loop when the answer (or
+    /// the timeout) comes. For peers that may be slow (a notification server), so the loop never stalls.
+    public func callAsync(_ method: String, _ args: [BusValue], destination: String, path: String, interface: String,
+                          timeoutMs: Int32 = 5_000, reply: @escaping (Result<[BusValue], BusError>) -> Void) {
+        var children: [OpaquePointer?] = args.map { $0.variant() }
+        let params = g_variant_new_tuple(&children, gsize(children.count))
+        cgio_call_async(raw, destination, path, interface, method, params, timeoutMs, { ctx, r, name, message in
+            let box = Unmanaged<Reply>.fromOpaque(ctx!).takeRetainedValue()
+            if let r {
+                box.handler(.success(BusValue.values(r).compactMap { $0 }))
+            } else {
+                box.handler(.failure(BusError(name.map { String(cString: $0) } ?? SchedulerBus.ErrorName.failed,
+                                              message.map { String(cString: $0) } ?? "no reply")))
+            }
+        }, Unmanaged.passRetained(Reply(reply)).toOpaque())
+    }
+
+    /// Whether a name has an owner on the bus (asks the bus itself, which answers at once).
+    public func hasOwner(_ name: String) -> Bool {
+        let r = try? call("NameHasOwner", [.string(name)], destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                          interface: "org.freedesktop.DBus", timeoutMs: 2_000)
+        return r?.first?.bool ?? false
     }
 
     /// Emits a signal of the scheduler's interface to every listener.
@@ -226,6 +293,9 @@ public final class BusConnection: @unchecked Sendable {
         let params = g_variant_new_tuple(&children, gsize(children.count))
         g_dbus_connection_emit_signal(raw, destination, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
     }
+
+    /// This connection's unique name on the bus (":1.42").
+    public var uniqueName: String { g_dbus_connection_get_unique_name(raw).map { String(cString: $0) } ?? "" }
 
     /// Sends what is queued (signals) before the process goes on or exits.
     public func flush() { g_dbus_connection_flush_sync(raw, nil, nil) }
@@ -264,7 +334,7 @@ public final class BusObject {
     deinit { if registration != 0 { g_dbus_connection_unregister_object(connection.raw, registration) } }
 
     func dispatch(sender: String, method: String, params: OpaquePointer, invocation: OpaquePointer) {
-        let call = BusCall(sender: sender, method: method, args: BusValue.children(params).map { BusValue.from($0) },
+        let call = BusCall(sender: sender, method: method, args: BusValue.values(params),
                            signature: String(cString: g_variant_get_type_string(params)))
         switch handle(call) {
         case .success(let values):

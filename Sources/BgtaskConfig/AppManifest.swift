@@ -14,6 +14,7 @@ import TOMLKit
 /// permitted_identifiers = ["com.example.colorfeed.refresh", "com.example.export.*"]
 /// kinds = ["refresh", "processing", "continued"]     # optional: all three
 /// resources = ["gpu"]                                # optional
+/// name = "Color Feed"                                # optional: shown in notifications
 /// ```
 public struct AppManifest: Sendable, Equatable {
     public var id: String
@@ -23,10 +24,12 @@ public struct AppManifest: Sendable, Equatable {
     public var identifiers: [String]
     public var kinds: Set<String>
     public var resources: Set<String>
+    /// What a person calls the app (notifications, `bgtask apps`); the id when absent.
+    public var name: String?
 
     public static let allKinds: Set<String> = ["refresh", "processing", "continued"]
     public static let knownResources: Set<String> = ["gpu"]
-    static let keys = ["id", "command", "permitted_identifiers", "kinds", "resources"]
+    static let keys = ["id", "name", "command", "permitted_identifiers", "kinds", "resources"]
 
     /// Whether the manifest lets the app use `identifier` (case-sensitive, as on iOS).
     public func permits(_ identifier: String) -> Bool {
@@ -101,8 +104,15 @@ public struct AppManifest: Sendable, Equatable {
         if !resources.isSubset(of: knownResources) {
             errors.append(problem("resources: \(resources.subtracting(knownResources).sorted().joined(separator: ", ")) unknown (gpu)", key: "resources"))
         }
+        var name: String?
+        if let v = table["name"] {
+            if let n = v.string, !n.isEmpty, n.utf8.count <= 128, !n.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) { name = n }
+            else { errors.append(problem("'name' must be a string of 1 to 128 bytes without control characters", key: "name")) }
+        }
         guard errors.isEmpty, let i = id else { return .failure(PolicyErrors(errors)) }
-        return .success(AppManifest(id: i, path: path, command: command, identifiers: identifiers, kinds: kinds, resources: resources))
+        var m = AppManifest(id: i, path: path, command: command, identifiers: identifiers, kinds: kinds, resources: resources)
+        m.name = name
+        return .success(m)
     }
 }
 

@@ -175,6 +175,12 @@ extension Daemon {
             let mine = listPending().filter { $0["app"]?.string == app }.map { d -> [String: BusValue] in
                 var d = d
                 d["identifier"] = d["id"].flatMap { $0.string }.map { .string(identifierOf($0, app: app)) }
+                if let id = d["id"]?.string, let row = pending[id]?.row {
+                    if let t = row.title { d["title"] = .string(t) }
+                    if let t = row.subtitle { d["subtitle"] = .string(t) }
+                    if let t = row.strategy { d["strategy"] = .string(t) }
+                    if row.resources?.contains("gpu") == true { d["resources"] = .strings(["gpu"]) }
+                }
                 return d
             }
             return .success([.dicts(mine)])
@@ -196,6 +202,7 @@ extension Daemon {
             v.total = UInt64(max(0, min(total, 1e18)))
             views[e.row.id] = v
             bus.emit("TaskProgress", [.string(e.row.id), .uint64(v.completed), .uint64(v.total)])
+            presenter.progress(key: e.row.id, completed: v.completed, total: v.total)
             return .success([])
         case "AppUpdateTitle":
             guard let identifier = str(1), let title = str(2), let subtitle = str(3) else {
@@ -207,6 +214,7 @@ extension Daemon {
             v.title = title
             v.subtitle = subtitle
             views[e.row.id] = v
+            presenter.retitle(key: e.row.id, title: title, subtitle: subtitle)
             return .success([])
         default:
             return .failure(BusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.method)"))
@@ -295,6 +303,11 @@ extension Daemon {
         if let c = clients[t.app], c.ready {
             t.delivered = true
             bus.emitTo(c.connection, "Launch", [.string(t.app), .string(t.identifier), .string(kind)])
+            let key = appKey(t.app, t.identifier)
+            if kind == "continued", let e = running[key] ?? pending[key] {
+                presenter.show(key: key, appID: t.app, appName: apps[t.app]?.name ?? t.app,
+                               title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
+            }
             return "delivered to \(t.app)" + (c.pid.map { " (pid \($0))" } ?? "")
         }
         if clients[t.app] != nil { return "waiting for \(t.app) to say it is ready" }
@@ -312,6 +325,7 @@ extension Daemon {
     }
 
     func tellExpire(_ t: AppTask, reason: String) {
+        expiredReasons[appKey(t.app, t.identifier)] = reason
         guard let c = clients[t.app], t.delivered else { return }
         bus.emitTo(c.connection, "Expire", [.string(t.app), .string(t.identifier), .string(reason)])
     }
@@ -346,6 +360,22 @@ extension Daemon {
         }
         afterRound(conditionsChanged: false)
     }
+
+    /// iOS suspends an app once its background work is done; bgtaskd ends an app it launched itself when none
+    /// of its tasks has run for a few seconds (SIGTERM). An app the person started is never touched.
+    func endLaunchedAppIfIdle(_ app: String, except: String) {
+        guard launchedApps[app] != nil else { return }
+        loop.after(Daemon.launchedAppLinger) { [weak self] in
+            guard let self, let p = self.launchedApps[app], isAlive(p.pid),
+                  !self.running.values.contains(where: { $0.row.app == app && !$0.supervisor.isDone }) else { return }
+            self.say("\(app): its background work is done; ending it (pid \(p.pid))")
+            p.thawForSignal()
+            p.signal(SIGTERM)
+            let pid = p.pid
+            self.loop.after(5) { if isAlive(pid) { kill(-pid, SIGKILL) } }
+        }
+    }
+    static let launchedAppLinger = 3.0
 
     /// Reaps app processes bgtaskd launched.
     func reapApps() {

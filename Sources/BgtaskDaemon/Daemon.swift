@@ -85,6 +85,10 @@ public final class Daemon {
     var disabledApps: Set<String> = []
     var clients: [String: AppClient] = [:]
     var views: [String: AppTaskView] = [:]
+    /// Continued tasks as the person sees them (notifications, KDE's job view).
+    lazy var presenter = Presenter(daemon: self)
+    /// Why each app task was last expired (shown when it ends).
+    var expiredReasons: [String: String] = [:]
     /// App processes bgtaskd started for background work, by app id.
     var launchedApps: [String: TaskProcess] = [:]
     /// Apps' background runtime on battery today, and when and in which power state it was last counted.
@@ -363,6 +367,13 @@ public final class Daemon {
         if e.row.isAppTask { try? store.saveUsage(day: batteryUse.day, seconds: batteryUse.seconds) }
         let s = e.supervisor
         let status = s.finish()
+        if e.row.isAppTask {
+            if e.row.kind == "continued" {
+                presenter.finish(key: e.row.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.row.id) ?? "not completed")
+            }
+            views[e.row.id] = nil
+            endLaunchedAppIfIdle(e.row.app, except: e.row.id)
+        }
         let wasRunning = e.row.state == "running"
         let failed = status != 0
         var next: QueuedTask?

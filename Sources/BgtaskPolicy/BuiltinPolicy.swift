@@ -23,6 +23,8 @@ critical_celsius = 95
 expire_grace = "10s"      # SIGTERM, then this long, then SIGKILL
 refresh_budget = "30s"    # app-refresh work expires after this
 cpu_monitor_percent = 50  # undeclared work above this share on battery counts as CPU-heavy
+progress_stalled = "1m"   # a continued task with no progress this long is shown to the person as stalled
+progress_expire = "3m"    # ... and expired after this long without progress
 
 [daemon]                  # bgtaskd's queue
 max_running = 4           # tasks running at once (user-initiated work is not counted against it)

@@ -12,6 +12,8 @@ public struct PolicySettings: Sendable, Equatable {
         ("run.expire_grace", "time between SIGTERM and SIGKILL when a task expires"),
         ("run.refresh_budget", "how long a refresh task may run before it expires"),
         ("run.cpu_monitor_percent", "CPU share above which undeclared work counts as CPU-heavy on battery"),
+        ("run.progress_stalled", "a continued task without progress this long is shown to the person as stalled"),
+        ("run.progress_expire", "a continued task without progress this long is expired"),
         ("daemon.max_running", "bgtaskd: how many tasks run at once"),
         ("daemon.max_running_heavy", "bgtaskd: how many CPU-heavy tasks run at once (within max_running)"),
         ("daemon.max_pending_per_app", "bgtaskd: pending requests one app (or the command line) may have"),
@@ -24,12 +26,14 @@ public struct PolicySettings: Sendable, Equatable {
         "battery.low_percent": .number(20), "battery.critical_percent": .number(5),
         "thermal.fair_celsius": .number(70), "thermal.serious_celsius": .number(85), "thermal.critical_celsius": .number(95),
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
+        "run.progress_stalled": .duration(60), "run.progress_expire": .duration(180),
         "daemon.max_running": .number(4), "daemon.max_running_heavy": .number(1), "daemon.max_pending_per_app": .number(1000),
         "daemon.retry_backoff": .duration(30), "daemon.retry_backoff_max": .duration(3600), "daemon.app_battery_budget": .duration(600),
     ]
 
     /// Upper bounds of the duration settings: a grace or a budget of years would leave work running for ever.
     public static let maxDuration: [String: Double] = ["run.expire_grace": 3600, "run.refresh_budget": 86_400,
+                                                       "run.progress_stalled": 86_400, "run.progress_expire": 86_400,
                                                        "daemon.retry_backoff": 86_400, "daemon.retry_backoff_max": 7 * 86_400,
                                                        "daemon.app_battery_budget": 86_400]
     /// Upper bounds of number settings other than percentages (which are 0–100); 200 when not listed.

@@ -85,13 +85,79 @@ static inline GDBusConnection *cgio_connect(const char *address, GError **error)
         G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION, NULL, NULL, error);
 }
 
-typedef void (*cgio_signal_fn)(void *context, const char *sender, const char *member, GVariant *parameters);
+/* A private connection to the session bus (not the shared singleton g_bus_get returns). */
+static inline GDBusConnection *cgio_connect_private_session(GError **error) {
+    gchar *address = g_dbus_address_get_for_bus_sync(G_BUS_TYPE_SESSION, NULL, error);
+    if (address == NULL) return NULL;
+    GDBusConnection *c = g_dbus_connection_new_for_address_sync(address,
+        G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION, NULL, NULL, error);
+    g_free(address);
+    return c;
+}
+
+/* Runs fn(context) once on the thread that iterates `ctx` (at once if that is the caller). */
+typedef void (*cgio_invoke_fn)(void *context);
+typedef struct { cgio_invoke_fn fn; void *context; } cgio_invocation;
+static gboolean cgio_invoke_trampoline(gpointer data) {
+    cgio_invocation *i = data;
+    i->fn(i->context);
+    return G_SOURCE_REMOVE;
+}
+static inline void cgio_invoke(GMainContext *ctx, cgio_invoke_fn fn, void *context) {
+    cgio_invocation *i = g_new0(cgio_invocation, 1);
+    i->fn = fn; i->context = context;
+    g_main_context_invoke_full(ctx, G_PRIORITY_DEFAULT, cgio_invoke_trampoline, i, g_free);
+}
+/* A one-shot timeout on `ctx` (not the global default context); returns the source id. */
+static inline guint cgio_timeout(GMainContext *ctx, guint ms, cgio_invoke_fn fn, void *context) {
+    cgio_invocation *i = g_new0(cgio_invocation, 1);
+    i->fn = fn; i->context = context;
+    GSource *s = g_timeout_source_new(ms);
+    g_source_set_callback(s, cgio_invoke_trampoline, i, g_free);
+    guint id = g_source_attach(s, ctx);
+    g_source_unref(s);
+    return id;
+}
+static inline void cgio_source_remove(GMainContext *ctx, guint id) {
+    GSource *s = g_main_context_find_source_by_id(ctx, id);
+    if (s != NULL) g_source_destroy(s);
+}
+
+/* An asynchronous call: fn(context, reply, NULL, NULL) or fn(context, NULL, error name, message), on the
+   caller's thread-default main context. The reply is the callee's to read, not to keep. */
+typedef void (*cgio_reply_fn)(void *context, GVariant *reply, const char *error_name, const char *error_message);
+typedef struct { cgio_reply_fn fn; void *context; } cgio_reply_ctx;
+static void cgio_reply_trampoline(GObject *source, GAsyncResult *result, gpointer data) {
+    cgio_reply_ctx *c = data;
+    GError *err = NULL;
+    GVariant *r = g_dbus_connection_call_finish(G_DBUS_CONNECTION(source), result, &err);
+    if (r != NULL) {
+        c->fn(c->context, r, NULL, NULL);
+        g_variant_unref(r);
+    } else {
+        gchar *remote = g_dbus_error_get_remote_error(err);
+        if (remote != NULL) g_dbus_error_strip_remote_error(err);
+        c->fn(c->context, NULL, remote != NULL ? remote : "org.freedesktop.DBus.Error.Failed", err->message);
+        g_free(remote);
+        g_error_free(err);
+    }
+    g_free(c);
+}
+static inline void cgio_call_async(GDBusConnection *connection, const char *destination, const char *path, const char *interface,
+                                   const char *method, GVariant *parameters, int timeout_ms, cgio_reply_fn fn, void *context) {
+    cgio_reply_ctx *c = g_new0(cgio_reply_ctx, 1);
+    c->fn = fn; c->context = context;
+    g_dbus_connection_call(connection, destination, path, interface, method, parameters, NULL, G_DBUS_CALL_FLAGS_NONE,
+                           timeout_ms, NULL, cgio_reply_trampoline, c);
+}
+
+typedef void (*cgio_signal_fn)(void *context, const char *sender, const char *path, const char *member, GVariant *parameters);
 typedef struct { cgio_signal_fn fn; void *context; } cgio_signal_handler;
 static void cgio_signal_trampoline(GDBusConnection *c, const gchar *sender, const gchar *path, const gchar *iface,
                                    const gchar *member, GVariant *params, gpointer data) {
-    (void)c; (void)path; (void)iface;
+    (void)c; (void)iface;
     cgio_signal_handler *h = data;
-    h->fn(h->context, sender, member, params);
+    h->fn(h->context, sender, path, member, params);
 }
 static inline guint cgio_subscribe(GDBusConnection *connection, const char *sender, const char *interface,
                                    const char *member, const char *path, cgio_signal_fn fn, void *context) {

@@ -42,7 +42,7 @@ enum DaemonClient {
         switch v {
         case .string(let s): return .string(s)
         case .bool(let b): return .bool(b)
-        case .int64, .uint64, .uint32, .double: return .number(v.number ?? 0)
+        case .int64, .uint64, .uint32, .int32, .byte, .double: return .number(v.number ?? 0)
         case .strings(let a): return .array(a.map { .string($0) })
         case .dict(let d): return .object(d.keys.sorted().map { ($0, json(d[$0]!)) })
         case .dicts(let ds): return .array(ds.map { json(.dict($0)) })

@@ -144,3 +144,45 @@ struct BatteryBudgetTests {
         #expect(limits.budget(app: "a", used: 5000, onBattery: false) == nil)
     }
 }
+
+@Suite("continued tasks in virtual time")
+struct ContinuedTaskTimeTests {
+    @Test("no progress for run.progress_stalled shows it stalled, for run.progress_expire expires it; only a change counts; keep going restarts the count")
+    func progressWatch() {
+        var w = ProgressWatch(start: 100, stalledAfter: 60, expireAfter: 180)
+        #expect(w.state(now: 159) == .moving)
+        #expect(w.nextCheck(now: 100) == 160)
+        #expect(w.state(now: 160) == .stalled(since: 100))
+        w.report(completed: 0, total: 10, now: 150)
+        #expect(w.state(now: 209) == .moving)
+        w.report(completed: 0, total: 10, now: 200)          // the same numbers again: not progress
+        #expect(w.state(now: 210) == .stalled(since: 150))
+        #expect(w.nextCheck(now: 210) == 330)
+        #expect(w.state(now: 330) == .expire(since: 150))
+        #expect(w.nextCheck(now: 330) == nil)
+        w.keepGoing(now: 330)
+        #expect(w.state(now: 331) == .moving)
+        w.report(completed: 1, total: 10, now: 340)
+        #expect(w.state(now: 399) == .moving)
+    }
+
+    @Test("updates at most once a second: the first at once, the rest wait for the interval and are coalesced")
+    func throttle() {
+        var t = UpdateThrottle(interval: 1)
+        #expect(t.offer(now: 10) == .sendNow)
+        #expect(t.offer(now: 10.2) == .sendAt(11))
+        #expect(t.offer(now: 10.5) == .alreadyScheduled)
+        t.sent(now: 11)
+        #expect(t.offer(now: 11.4) == .sendAt(12))
+        t.sent(now: 12)
+        #expect(t.offer(now: 13.5) == .sendNow)
+    }
+
+    @Test("the notification body: subtitle, then the percentage and counts (GNOME draws no bar), and a stall line")
+    func body() {
+        #expect(ProgressText.body(subtitle: "3 of 7 files", completed: 3, total: 7) == "3 of 7 files\n42 % · 3 of 7")
+        #expect(ProgressText.body(subtitle: nil, completed: 0, total: 0) == "starting…")
+        #expect(ProgressText.percent(completed: 250, total: 100) == 100)
+        #expect(ProgressText.body(subtitle: "", completed: 1, total: 2, stalledFor: 75).contains("No progress for 75 s"))
+    }
+}

@@ -10,6 +10,8 @@ public final class Child: @unchecked Sendable {
     private var errPartial = Data()
     private var closed = false
     public private(set) var stderr = ""
+    /// Everything read from stdout so far (for a failing test's message).
+    public private(set) var stdout = ""
     private let exited = DispatchSemaphore(value: 0)
 
     /// The environment right now (umockdev's setenv of UMOCKDEV_DIR included), plus overrides.
@@ -58,6 +60,7 @@ public final class Child: @unchecked Sendable {
         lock.lock()
         defer { lock.broadcast(); lock.unlock() }
         if d.isEmpty { closed = true; return }
+        stdout += String(decoding: d, as: UTF8.self)
         partial.append(d)
         while let nl = partial.firstIndex(of: 0x0A) {
             lines.append(String(decoding: partial[partial.startIndex..<nl], as: UTF8.self))

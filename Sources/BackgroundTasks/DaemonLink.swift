@@ -1,0 +1,345 @@
+import BgtaskBus
+import Foundation
+
+/// The library's side of the app methods (docs/protocol.md): one private session-bus connection, a thread
+/// of its own where `Launch` and `Expire` arrive, the handlers, and the tasks running in this process.
+final class DaemonLink: @unchecked Sendable {
+    /// Handlers are the app's closures: called on its queue, as Apple's are (not required to be Sendable).
+    struct Registration: @unchecked Sendable {
+        let queue: DispatchQueue
+        let handler: (BGTask) -> Void
+    }
+
+    let lock = NSLock()
+    var thread: BusThread?
+    var bus: BusConnection?
+    var appID: String?
+    var handlers: [String: Registration] = [:]
+    var running: [String: BGTask] = [:]
+    /// Titles of the continued requests this process submitted (the `Launch` signal carries only the kind).
+    var titles: [String: (String, String)] = [:]
+    var readySent = false
+    var readyTimer: UInt32?
+    var mainQueueTurnAsked = false
+    var samplers: [String: UInt32] = [:]
+    var lastProgress: [String: (Int64, Int64)] = [:]
+    /// Expiration handlers run here: the launch handler's own queue may be held by the work they stop.
+    let expirationQueue = DispatchQueue(label: "BackgroundTasks.expiration")
+
+    static let progressInterval = 0.25
+
+    var currentAppID: String? { lock.withLock { appID } ?? DaemonLink.environmentAppID }
+
+    static var environmentAppID: String? {
+        let env = ProcessInfo.processInfo.environment
+        return [env["BGTASK_APP_ID"], env["FLATPAK_ID"]].compactMap { $0 }.first { !$0.isEmpty }
+    }
+
+    func setAppID(_ id: String?) { lock.withLock { appID = id } }
+
+    static func warn(_ message: String) {
+        FileHandle.standardError.write(Data("BackgroundTasks: \(message)\n".utf8))
+    }
+
+    // MARK: Connecting
+
+    /// The connection, made on first use; nil with the reason when there is no session bus.
+    func connection() -> Result<(BusConnection, BusThread), BGTaskScheduler.Error> {
+        lock.lock()
+        defer { lock.unlock() }
+        if let b = bus, let t = thread { return .success((b, t)) }
+        let b: BusConnection
+        do { b = try BusConnection(privateSession: true) } catch {
+            return .failure(BGTaskScheduler.Error(.unavailable, message: "no session bus: \(error.message)"))
+        }
+        let t = BusThread()
+        bus = b
+        thread = t
+        // Subscribed from the bus thread, so the signals are dispatched there.
+        t.sync {
+            for member in ["Launch", "Expire"] {
+                b.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: member, path: SchedulerBus.path) { [weak self] m, args in
+                    guard let self, args.count == 3, let app = args[0].string, let id = args[1].string, let third = args[2].string else { return }
+                    if m == "Launch" { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
+                }
+            }
+            // A daemon that restarts has forgotten this app's handlers: tell the new one again.
+            b.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                        path: "/org/freedesktop/DBus") { [weak self] _, args in
+                guard let self, args.count == 3, args[0].string == SchedulerBus.name, let new = args[2].string, !new.isEmpty else { return }
+                self.daemonRestarted()
+            }
+        }
+        return .success((b, t))
+    }
+
+    func call(_ method: String, _ args: [BusValue]) -> Result<[BusValue], BGTaskScheduler.Error> {
+        switch connection() {
+        case .failure(let e): return .failure(e)
+        case .success(let (b, _)):
+            do { return .success(try b.call(method, args)) } catch { return .failure(DaemonLink.map(error)) }
+        }
+    }
+
+    static func map(_ e: BusError) -> BGTaskScheduler.Error {
+        switch e.name {
+        case SchedulerBus.ErrorName.tooManyPending: return .init(.tooManyPendingTaskRequests, message: e.message)
+        case SchedulerBus.ErrorName.notPermitted, SchedulerBus.ErrorName.invalidArgs: return .init(.notPermitted, message: e.message)
+        case SchedulerBus.ErrorName.immediateRunIneligible: return .init(.immediateRunIneligible, message: e.message)
+        default: return .init(.unavailable, message: e.message)
+        }
+    }
+
+    /// The app's id: set, from the environment, or the one manifest that permits `identifier`.
+    func resolveApp(for identifier: String) -> Result<String, BGTaskScheduler.Error> {
+        if let a = currentAppID {
+            lock.withLock { if appID == nil { appID = a } }
+            return .success(a)
+        }
+        guard case .success(let reply) = call("ListApps", []), case .dicts(let apps)? = reply.first else {
+            return .failure(.init(.unavailable, message: "bgtaskd is not reachable on the session bus"))
+        }
+        let candidates = apps.compactMap { a -> String? in
+            guard let id = a["id"]?.string, let idents = a["identifiers"]?.strings else { return nil }
+            return idents.contains { DaemonLink.permits($0, identifier) } ? id : nil
+        }
+        switch candidates.count {
+        case 1:
+            lock.withLock { appID = candidates[0] }
+            return .success(candidates[0])
+        case 0:
+            return .failure(.init(.notPermitted, message: "no app manifest permits \(identifier) (add it to permitted_identifiers in bgtask/apps/APP-ID.toml)"))
+        default:
+            return .failure(.init(.notPermitted, message: "several app manifests permit \(identifier) (\(candidates.sorted().joined(separator: ", "))): set BGTASK_APP_ID or BGTaskScheduler.shared.applicationIdentifier"))
+        }
+    }
+
+    /// A manifest entry permits an identifier exactly, or as `prefix.*` with a non-empty suffix.
+    static func permits(_ entry: String, _ identifier: String) -> Bool {
+        if entry.hasSuffix(".*") {
+            let prefix = entry.dropLast()
+            return identifier.count > prefix.count && identifier.hasPrefix(prefix)
+        }
+        return entry == identifier
+    }
+
+    // MARK: Registering and saying ready
+
+    func register(_ identifier: String, queue: DispatchQueue?, handler: @escaping (BGTask) -> Void) -> Bool {
+        if lock.withLock({ handlers[identifier] != nil }) {
+            DaemonLink.warn("a launch handler for \(identifier) is registered already; the first one stays")
+            return false
+        }
+        let app: String
+        switch resolveApp(for: identifier) {
+        case .failure(let e):
+            DaemonLink.warn("cannot register \(identifier): \(e.errorDescription ?? "")")
+            return false
+        case .success(let a): app = a
+        }
+        if case .failure(let e) = call("AppRegister", [.string(app), .string(identifier)]) {
+            DaemonLink.warn("cannot register \(identifier): \(e.errorDescription ?? "")")
+            return false
+        }
+        let q = queue ?? DispatchQueue(label: "BackgroundTasks.\(identifier)")
+        lock.withLock { handlers[identifier] = Registration(queue: q, handler: handler) }
+        scheduleReady()
+        return true
+    }
+
+    /// "Finished launching" has no event on Linux: the app is ready at its first submit, when its main queue
+    /// first turns, or half a second after its last registration, whichever comes first.
+    func scheduleReady() {
+        guard case .success(let (_, t)) = connection() else { return }
+        let askMain = lock.withLock { () -> Bool in
+            if readySent { return false }
+            if let old = readyTimer { t.cancel(old) }
+            readyTimer = t.after(0.5) { [weak self] in self?.sendReady() }
+            defer { mainQueueTurnAsked = true }
+            return !mainQueueTurnAsked
+        }
+        if askMain { DispatchQueue.main.async { [weak self] in self?.sendReady() } }
+    }
+
+    func sendReady() {
+        let app: String? = lock.withLock {
+            if readySent || handlers.isEmpty { return nil }
+            readySent = true
+            if let t = readyTimer { thread?.cancel(t); readyTimer = nil }
+            return appID
+        }
+        guard let app else { return }
+        if case .failure(let e) = call("AppReady", [.string(app)]) { DaemonLink.warn("cannot tell bgtaskd the app is ready: \(e.errorDescription ?? "")") }
+    }
+
+    func daemonRestarted() {
+        let (app, ids, wasReady) = lock.withLock { (appID, Array(handlers.keys), readySent) }
+        guard let app, !ids.isEmpty else { return }
+        for id in ids.sorted() { _ = call("AppRegister", [.string(app), .string(id)]) }
+        if wasReady { _ = call("AppReady", [.string(app)]) }
+    }
+
+    // MARK: Launches and expirations (on the bus thread)
+
+    func launch(app: String, identifier: String, kind: String) {
+        let (registration, mine) = lock.withLock { (handlers[identifier], app == appID && running[identifier] == nil) }
+        guard mine else { return }
+        let task: BGTask
+        switch kind {
+        case "refresh": task = BGAppRefreshTask(identifier: identifier, link: self)
+        case "continued":
+            let (title, subtitle) = lock.withLock { titles[identifier] ?? (identifier, "") }
+            task = BGContinuedProcessingTask(identifier: identifier, title: title, subtitle: subtitle, link: self)
+        default: task = BGProcessingTask(identifier: identifier, link: self)
+        }
+        lock.withLock { running[identifier] = task }
+        guard let registration else {
+            DaemonLink.warn("no launch handler is registered for \(identifier); it is completed unsuccessfully (register it before the app finishes launching)")
+            task.setTaskCompleted(success: false)
+            return
+        }
+        if let c = task as? BGContinuedProcessingTask { sample(c) }
+        registration.queue.async { registration.handler(task) }
+    }
+
+    func expire(app: String, identifier: String, reason: String) {
+        guard let task = lock.withLock({ app == appID ? running[identifier] : nil }) else { return }
+        let (handler, done) = task.takeExpirationHandler()
+        if done { return }
+        guard let handler else {
+            // Apple: without an expiration handler the task is marked complete and unsuccessful instead.
+            DaemonLink.warn("\(identifier) expired (\(reason)) and has no expirationHandler: completed unsuccessfully")
+            task.setTaskCompleted(success: false)
+            return
+        }
+        nonisolated(unsafe) let h = handler
+        expirationQueue.async { h() }
+    }
+
+    /// Samples a continued task's progress a few times a second and sends what changed. On the bus thread,
+    /// not the handler's queue: the seeds' handler loops on its queue until it is expired.
+    func sample(_ task: BGContinuedProcessingTask) {
+        guard case .success(let (_, t)) = connection() else { return }
+        let id = t.after(DaemonLink.progressInterval) { [weak self, weak task] in
+            guard let self, let task, !task.isCompleted else { return }
+            self.sendProgress(task)
+            self.sample(task)
+        }
+        lock.withLock { samplers[task.identifier] = id }
+    }
+
+    func sendProgress(_ task: BGContinuedProcessingTask) {
+        let now = (max(0, task.progress.completedUnitCount), max(0, task.progress.totalUnitCount))
+        let changed = lock.withLock { () -> Bool in
+            guard let app = appID, !app.isEmpty else { return false }
+            if let last = lastProgress[task.identifier], last == now { return false }
+            lastProgress[task.identifier] = now
+            return true
+        }
+        guard changed, let app = currentAppID else { return }
+        _ = call("AppProgress", [.string(app), .string(task.identifier), .uint64(UInt64(now.0)), .uint64(UInt64(now.1))])
+    }
+
+    // MARK: Calls from the app's tasks
+
+    func completed(_ task: BGTask, success: Bool) {
+        let sampler = lock.withLock { () -> UInt32? in
+            running[task.identifier] = nil
+            return samplers.removeValue(forKey: task.identifier)
+        }
+        if let s = sampler { thread?.cancel(s) }
+        if let c = task as? BGContinuedProcessingTask { sendProgress(c) }
+        lock.withLock { lastProgress[task.identifier] = nil }
+        guard let app = currentAppID else { return }
+        // "not running": the daemon ended it already (its grace ran out); nothing is lost.
+        if case .failure(let e) = call("AppComplete", [.string(app), .string(task.identifier), .bool(success)]), !e.message.contains("not running") {
+            DaemonLink.warn("completing \(task.identifier): \(e.errorDescription ?? "")")
+        }
+    }
+
+    func updateTitle(_ task: BGContinuedProcessingTask, title: String, subtitle: String) {
+        lock.withLock { titles[task.identifier] = (title, subtitle) }
+        guard let app = currentAppID else { return }
+        if case .failure(let e) = call("AppUpdateTitle", [.string(app), .string(task.identifier), .string(title), .string(subtitle)]) {
+            DaemonLink.warn("updating the title of \(task.identifier): \(e.errorDescription ?? "")")
+        }
+    }
+
+    // MARK: Requests
+
+    func submit(_ r: BGTaskRequest) throws(BGTaskScheduler.Error) {
+        guard type(of: r) != BGTaskRequest.self else {
+            throw BGTaskScheduler.Error(.notPermitted, message: "submit a BGAppRefreshTaskRequest, BGProcessingTaskRequest or BGContinuedProcessingTaskRequest")
+        }
+        let app: String
+        switch resolveApp(for: r.identifier) {
+        case .failure(let e): throw e
+        case .success(let a): app = a
+        }
+        var opts: [String: BusValue] = ["identifier": .string(r.identifier), "kind": .string(r.kind)]
+        // Apple ignores a continued request's earliestBeginDate in favour of now.
+        if r.kind != "continued", let d = r.earliestBeginDate {
+            let now = Date().timeIntervalSince1970
+            opts["earliest"] = .double(min(max(0, d.timeIntervalSince1970), now + 3600 * 86_400))
+        }
+        if let p = r as? BGProcessingTaskRequest {
+            opts["requires_network"] = .bool(p.requiresNetworkConnectivity)
+            opts["requires_external_power"] = .bool(p.requiresExternalPower)
+        }
+        if let c = r as? BGContinuedProcessingTaskRequest {
+            opts["title"] = .string(c.title)
+            opts["subtitle"] = .string(c.subtitle)
+            opts["strategy"] = .string(c.strategy == .fail ? "fail" : "queue")
+            opts["resources"] = .strings(c.requiredResources.contains(.gpu) ? ["gpu"] : [])
+            // The launch can arrive before the reply does.
+            lock.withLock { titles[c.identifier] = (c.title, c.subtitle) }
+        }
+        // Ready first: a continued task is delivered as soon as it starts.
+        sendReady()
+        if case .failure(let e) = call("AppSubmit", [.string(app), .dict(opts)]) { throw e }
+    }
+
+    func cancel(_ identifier: String) {
+        guard case .success(let app) = resolveApp(for: identifier) else { return }
+        sendReady()
+        if case .failure(let e) = call("AppCancel", [.string(app), .string(identifier)]) {
+            DaemonLink.warn("cancelling \(identifier): \(e.errorDescription ?? "")")
+        }
+    }
+
+    func cancelAll() {
+        guard let app = currentAppID else { return }
+        sendReady()
+        if case .failure(let e) = call("AppCancelAll", [.string(app)]) { DaemonLink.warn("cancelling all: \(e.errorDescription ?? "")") }
+    }
+
+    func pending() -> [BGTaskRequest] {
+        guard let app = currentAppID else { return [] }
+        sendReady()
+        guard case .success(let reply) = call("AppPending", [.string(app)]), case .dicts(let rows)? = reply.first else { return [] }
+        return rows.compactMap { d -> BGTaskRequest? in
+            guard let id = d["identifier"]?.string else { return nil }
+            let r: BGTaskRequest
+            switch d["kind"]?.string {
+            case "refresh": r = BGAppRefreshTaskRequest(identifier: id)
+            case "continued":
+                let c = BGContinuedProcessingTaskRequest(identifier: id, title: d["title"]?.string ?? "", subtitle: d["subtitle"]?.string ?? "")
+                c.strategy = d["strategy"]?.string == "fail" ? .fail : .queue
+                c.requiredResources = (d["resources"]?.strings ?? []).contains("gpu") ? .gpu : .default
+                r = c
+            default:
+                let p = BGProcessingTaskRequest(identifier: id)
+                p.requiresNetworkConnectivity = d["requires_network"]?.bool ?? false
+                p.requiresExternalPower = d["requires_external_power"]?.bool ?? false
+                r = p
+            }
+            if let e = d["earliest"]?.number { r.earliestBeginDate = Date(timeIntervalSince1970: e) }
+            return r
+        }
+    }
+
+    func supportedResources() -> BGContinuedProcessingTaskRequest.Resources {
+        guard case .success(let reply) = call("GetSupportedResources", []), let list = reply.first?.strings else { return .default }
+        return list.contains("gpu") ? .gpu : .default
+    }
+}

@@ -1,0 +1,256 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// The example apps (Examples/) as a person installs them: their manifests from Examples/apps with the built
+/// programs' directory for @BINDIR@, in a test's own XDG_DATA_HOME.
+struct ExampleApps {
+    let dataHome: URL
+    let out: URL
+    static var binDir: URL { URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent() }
+
+    init(_ p: PolicyEnv) throws {
+        dataHome = p.dir.appendingPathComponent("data")
+        out = p.dir.appendingPathComponent("exported")
+        let apps = dataHome.appendingPathComponent("bgtask/apps")
+        try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
+        let source = repoRoot.appendingPathComponent("Examples/apps")
+        for name in try FileManager.default.contentsOfDirectory(atPath: source.path) where name.hasSuffix(".toml") {
+            let text = try String(contentsOf: source.appendingPathComponent(name), encoding: .utf8)
+            try text.replacingOccurrences(of: "@BINDIR@", with: ExampleApps.binDir.path)
+                .write(to: apps.appendingPathComponent(name), atomically: true, encoding: .utf8)
+        }
+    }
+
+    var env: [String: String] { ["XDG_DATA_HOME": dataHome.path, "XDG_DATA_DIRS": "/nonexistent", "EXPORTER_OUT": out.path] }
+
+    func environment(_ d: SessionDaemon, _ extra: [String: String] = [:]) -> [String: String] {
+        var e = d.env.merging(env) { $1 }.merging(extra) { $1 }
+        e["LD_PRELOAD"] = nil
+        return e
+    }
+
+    func run(_ d: SessionDaemon, _ program: String, _ args: [String], _ extra: [String: String] = [:]) throws -> (Int32, String, String) {
+        try Child.run(ExampleApps.binDir.appendingPathComponent(program).path, args, environment: environment(d, extra), deadline: 60)
+    }
+
+    func start(_ d: SessionDaemon, _ program: String, _ args: [String], _ extra: [String: String] = [:]) throws -> Child {
+        try Child(ExampleApps.binDir.appendingPathComponent(program).path, args, environment: environment(d, extra))
+    }
+
+    var feed: [[String: Any]] {
+        guard let data = try? Data(contentsOf: dataHome.appendingPathComponent("ColorFeed/feed.json")),
+              let obj = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return [] }
+        return obj["entries"] as? [[String: Any]] ?? []
+    }
+}
+
+/// python3-dbusmock's notification daemon on the test's session bus, and a `gdbus monitor` of it: each
+/// call the daemon makes arrives as a `MethodCalled` line (an event to wait for, not a timer).
+final class NotificationServer {
+    let mock: Child
+    let monitor: Child
+    let env: [String: String]
+
+    init(_ d: SessionDaemon, capabilities: String = "actions body body-markup persistence") throws {
+        env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": d.bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        mock = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", "notification_daemon",
+                                              "-p", "{\"capabilities\": \"\(capabilities)\"}"], environment: env)
+        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", "org.freedesktop.Notifications"], environment: env)
+        try #require(rc == 0, "the mocked notification server did not appear: \(err) \(mock.stderr)")
+        monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", "org.freedesktop.Notifications"], environment: env)
+        _ = monitor.line(within: 5) { $0.contains("Monitoring") }
+    }
+
+    deinit {
+        monitor.stop(grace: 0.5)
+        mock.stop(grace: 1)
+    }
+
+    /// The next call of `method` the server received (its monitor line), within `seconds`.
+    func nextCall(_ method: String, within seconds: Double = 10, where match: (String) -> Bool = { _ in true }) -> String? {
+        monitor.line(within: seconds) { $0.contains("MethodCalled ('\(method)'") && match($0) }
+    }
+
+    func emit(_ signal: String, _ signature: String, _ args: String) throws {
+        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path",
+                                                            "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.EmitSignal",
+                                                            "org.freedesktop.Notifications", signal, signature, args], environment: env)
+        try #require(rc == 0, "EmitSignal \(signal): \(err)")
+    }
+
+    func calls() throws -> String {
+        try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path",
+                                         "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls"], environment: env).1
+    }
+}
+
+/// `value` hint of a monitored Notify line, if any.
+func progressValue(_ line: String) -> Int? {
+    guard let r = line.range(of: "'value': <") else { return nil }
+    return Int(line[r.upperBound...].prefix { $0.isNumber })
+}
+
+extension UmockdevIntegrationTests {
+    @Test("ColorFeed, Apple's sample ported: the cleaning (requiresExternalPower) waits on battery; the charger uevent makes bgtaskd launch the app, whose handler cleans and completes; why tells it; a debug launch runs the refresh, which reschedules itself")
+    func colorFeedEndToEnd() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+
+        let (s, o, e) = try apps.run(d, "ColorFeed", [])
+        #expect(s == 0, "\(o) \(e)")
+        #expect(o.contains("8 colors in the feed"), "\(o)")
+        let cleaning = "com.example.apple-samplecode.ColorFeed/com.example.apple-samplecode.ColorFeed.db_cleaning"
+        let refresh = "com.example.apple-samplecode.ColorFeed/com.example.apple-samplecode.ColorFeed.refresh"
+        var pending = try d.pending()
+        let c = try #require(pending.first { $0["id"] as? String == cleaning }, "\(pending)")
+        #expect(c["rule"] as? String == "processing.needs-power", "\(c)")
+        #expect(c["requires_external_power"] as? Bool == true)
+        let r = try #require(pending.first { $0["id"] as? String == refresh }, "\(pending)")
+        let earliest = try #require(r["earliest"] as? Double)
+        #expect(earliest > Date().timeIntervalSince1970 + 14 * 60, "earliestBeginDate is 15 min ahead: \(r)")
+        #expect(d.daemon?.stderr.contains("launched com.example") == false, "launched on battery: \(d.daemon?.stderr ?? "")")
+
+        tb.plug(laptop, true)
+        let done = try #require(d.said("\(cleaning): finished", within: 20), "\(d.daemon?.stderr ?? "")")
+        #expect(done.contains("completed by the app"), "\(done)")
+        #expect(apps.feed.count == 5, "the handler keeps the newest 5 colors: \(apps.feed.count)")
+        _ = try #require(d.said("background work is done; ending it"), "the launched app was not ended: \(d.daemon?.stderr ?? "")")
+        let (_, why, _) = try d.bgtask(["why", cleaning])
+        #expect(why.contains("processing.needs-power"), "\(why)")
+        #expect(why.contains("completed by the app"), "\(why)")
+        let (_, output, _) = try d.bgtask(["output", "app:com.example.apple-samplecode.ColorFeed"])
+        #expect(output.contains("cleaned: removed 3 old colors"), "\(output)")
+
+        // The refresh, launched now as Apple's _simulateLaunchForTaskWithIdentifier does.
+        #expect(try d.bgtask(["debug", "launch", refresh]).0 == 0)
+        _ = try #require(d.said("\(refresh): finished", within: 20), "\(d.daemon?.stderr ?? "")")
+        #expect(apps.feed.count == 8, "3 colors fetched: \(apps.feed.count)")
+        pending = try d.pending()
+        #expect(pending.contains { $0["id"] as? String == refresh }, "the handler scheduled the next refresh: \(pending)")
+    }
+
+    @Test("Exporter, a continued task: the notification shows title, subtitle and progress, updated in place at most once a second; Cancel from the notification server reaches the expiration handler; the notification closes shortly after")
+    func exporterCancelledFromTheNotification() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let server = try NotificationServer(d)
+
+        let exporter = try apps.start(d, "Exporter", ["200"], ["EXPORTER_SECONDS_PER_PHOTO": "0.1"])
+        defer { exporter.stop(grace: 1) }
+        let first = try #require(server.nextCall("Notify"), "no notification: \(d.daemon?.stderr ?? "")")
+        #expect(first.contains("'Exporting 200 photos'"), "\(first)")
+        #expect(first.contains("'cancel', 'Cancel'"), "a Cancel action: \(first)")
+        #expect(first.contains("<uint32 0>"), "the first creates a notification: \(first)")
+        let update = try #require(server.nextCall("Notify") { progressValue($0) != nil }, "no progress update")
+        #expect(update.contains("<uint32 1>"), "later updates replace the first (replaces_id): \(update)")
+        #expect(update.contains(" % · "), "the percentage is in the body: \(update)")
+        let second = try #require(server.nextCall("Notify") { progressValue($0) != nil })
+        #expect((progressValue(second) ?? 0) > (progressValue(update) ?? 0), "progress moves: \(update) → \(second)")
+
+        try server.emit("ActionInvoked", "us", "[<uint32 1>, <'cancel'>]")
+        _ = try #require(exporter.line(within: 20) { $0.contains("stopped after") }, "the expiration handler did not stop it: \(exporter.stdout)")
+        #expect(exporter.waitExit(within: 10) == 3)
+        _ = try #require(d.said("cancelled by the user (notification)"), "\(d.daemon?.stderr ?? "")")
+        let last = try #require(server.nextCall("Notify") { $0.contains("Stopped: cancelled by the user") }, "no final notification")
+        #expect(!last.contains("'cancel'"), "no Cancel once it is over: \(last)")
+        _ = try #require(server.nextCall("CloseNotification", within: 10), "the notification was not closed")
+
+        // Updates are throttled: the server saw far fewer than one per photo.
+        let calls = try server.calls()
+        let notifies = calls.components(separatedBy: "'Notify'").count - 1
+        let exported = (try? FileManager.default.contentsOfDirectory(atPath: apps.out.path).count) ?? 0
+        #expect(notifies < exported, "\(notifies) notifications for \(exported) photos")
+        let (_, why, _) = try d.bgtask(["why", "--json", "io.github.bgtask.Exporter/io.github.bgtask.Exporter.export.\(exporter.process.processIdentifier)"])
+        #expect(why.contains("cancelled by the user"), "\(why)")
+    }
+
+    @Test("Exporter: bgtask debug expire runs the app's expiration handler; a continued task that makes no progress is shown as stalled (Keep going / Stop), then expired")
+    func exporterExpiredAndStalled() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-stall.toml", "[run]\nprogress_stalled = \"1s\"\nprogress_expire = \"3s\"\n")
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let server = try NotificationServer(d)
+
+        let first = try apps.start(d, "Exporter", ["500"], ["EXPORTER_SECONDS_PER_PHOTO": "0.05"])
+        defer { first.stop(grace: 1) }
+        let key = "io.github.bgtask.Exporter/io.github.bgtask.Exporter.export.\(first.process.processIdentifier)"
+        _ = try #require(d.said("\(key): started"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["debug", "expire", key]).0 == 0)
+        #expect(first.waitExit(within: 20) == 3, "\(first.stdout)")
+
+        // A photo takes 8 s: no progress after the first report (0 of 3).
+        let slow = try apps.start(d, "Exporter", ["3"], ["EXPORTER_SECONDS_PER_PHOTO": "8"])
+        defer { slow.stop(grace: 1) }
+        let slowKey = "io.github.bgtask.Exporter/io.github.bgtask.Exporter.export.\(slow.process.processIdentifier)"
+        _ = try #require(d.said("shown as stalled", within: 15), "\(d.daemon?.stderr ?? "")")
+        let stalled = try #require(server.nextCall("Notify") { $0.contains("No progress for") }, "not shown as stalled")
+        #expect(stalled.contains("'continue', 'Keep going'") && stalled.contains("'cancel', 'Stop'"), "\(stalled)")
+        let expiring = try #require(d.said("expiring it", within: 15), "not expired: \(d.daemon?.stderr ?? "")")
+        #expect(expiring.contains(slowKey), "\(expiring)")
+        #expect(slow.waitExit(within: 30) == 3, "\(slow.stdout)")
+    }
+
+    @Test("Exporter: .fail where the policy would not start it now is immediateRunIneligible; an identifier outside the manifest is notPermitted (register says why on stderr, the app goes on)")
+    func exporterErrors() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("70-no-continued.toml", """
+        [[rule]]
+        id = "test.no-continued"
+        when = 'task.kind == "continued"'
+        verdict = "defer"
+        reason = "no continued work in this test"
+        """)
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let (s, o, e) = try apps.run(d, "Exporter", ["--fail", "3"])
+        #expect(s == 75, "\(o) \(e)")
+        #expect(o.contains("cannot export in the background right now"), "\(o)")
+        #expect(try d.pending().isEmpty, "a refused .fail request is not queued")
+
+        let (s2, o2, e2) = try apps.run(d, "Exporter", ["3"], ["EXPORTER_IDENTIFIER": "io.github.bgtask.Other.export.1"])
+        #expect(s2 == 77, "\(o2) \(e2)")
+        #expect(e2.contains("cannot register io.github.bgtask.Other.export.1"), "\(e2)")
+    }
+
+    @Test("the Linux beginBackgroundTask: a logind delay lock while saving; PrepareForSleep runs the expiration handler and the lock goes")
+    func criticalSectionHoldsOffSleep() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let logind = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        try logind.spawn(template: "logind", name: "org.freedesktop.login1")
+        let d = try SessionDaemon(policy: p, preload: true, system: logind.bus, daemonEnv: apps.env, extraEnv: apps.env)
+        let saver = try apps.start(d, "Exporter", ["--save"])
+        defer { saver.stop(grace: 1) }
+        _ = try #require(saver.line(within: 10) { $0.contains("sleep held off") }, "\(saver.stdout) \(saver.stderr)")
+        func inhibitors() throws -> String {
+            try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager.ListInhibitors", [])
+        }
+        let held = try inhibitors()
+        #expect(held.contains("'Finish Export'") && held.contains("'delay'"), "\(held)")
+        try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
+                        ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<true>]"])
+        _ = try #require(saver.line(within: 10) { $0.contains("going to sleep") }, "\(saver.stdout)")
+        #expect(saver.waitExit(within: 10) == 0)
+        #expect(!(try inhibitors()).contains("Finish Export"), "the lock is still held")
+    }
+}
