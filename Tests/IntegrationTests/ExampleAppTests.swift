@@ -254,3 +254,65 @@ extension UmockdevIntegrationTests {
         #expect(!(try inhibitors()).contains("Finish Export"), "the lock is still held")
     }
 }
+
+/// KDE's job view server, as plasma-workspace serves it (org.kde.JobViewServer.requestView → a JobViewV2
+/// object), in python-dbusmock: each view's calls are recorded, and its `cancelRequested` can be emitted.
+let kdeJobViewTemplate = #"""
+import dbus
+BUS_NAME = 'org.kde.JobViewServer'
+MAIN_OBJ = '/JobViewServer'
+MAIN_IFACE = 'org.kde.JobViewServer'
+SYSTEM_BUS = False
+
+def load(mock, parameters):
+    mock.views = 0
+    mock.AddMethod(MAIN_IFACE, 'requestView', 'ssi', 'o',
+        "self.views += 1\n"
+        "path = '/JobViewServer/JobView_%d' % self.views\n"
+        "self.AddObject(path, 'org.kde.JobViewV2', {}, ["
+        "('setInfoMessage', 's', '', ''), ('setDescriptionField', 'uss', 'b', 'ret = True'),"
+        "('setTotalAmount', 'ts', '', ''), ('setProcessedAmount', 'ts', '', ''),"
+        "('setPercent', 'u', '', ''), ('terminate', 's', '', '')])\n"
+        "ret = dbus.ObjectPath(path)")
+"""#
+
+extension UmockdevIntegrationTests {
+    @Test("Exporter under KDE: a job view with title, subtitle and percent; its native Cancel (cancelRequested) stops the export through the expiration handler; the job is terminated")
+    func exporterInKDEsJobView() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let template = p.dir.appendingPathComponent("kde_jobviewserver.py")
+        try kdeJobViewTemplate.write(to: template, atomically: true, encoding: .utf8)
+        let env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": d.bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        let server = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", template.path], environment: env)
+        defer { server.stop(grace: 1) }
+        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", "org.kde.JobViewServer"], environment: env)
+        try #require(rc == 0, "the mocked job view server did not appear: \(err) \(server.stderr)")
+        let monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", "org.kde.JobViewServer"], environment: env)
+        defer { monitor.stop(grace: 0.5) }
+        _ = monitor.line(within: 5) { $0.contains("Monitoring") }
+
+        let exporter = try apps.start(d, "Exporter", ["200"], ["EXPORTER_SECONDS_PER_PHOTO": "0.1"])
+        defer { exporter.stop(grace: 1) }
+        let request = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('requestView'") }, "no job view asked: \(d.daemon?.stderr ?? "")")
+        #expect(request.contains("'Exporter'") && request.contains("<1>"), "app name and the Cancel capability: \(request)")
+        let info = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setInfoMessage'") })
+        #expect(info.contains("Exporting 200 photos"), "\(info)")
+        _ = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setDescriptionField'") && $0.contains("photos complete") })
+        let percent = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setPercent'") && !$0.contains("<uint32 0>") },
+                                   "no percent: \(monitor.stdout)")
+        #expect(percent.contains("JobView_1"), "\(percent)")
+
+        let (erc, _, eerr) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.kde.JobViewServer", "--object-path",
+                                                              "/JobViewServer/JobView_1", "--method", "org.freedesktop.DBus.Mock.EmitSignal",
+                                                              "org.kde.JobViewV2", "cancelRequested", "", "[]"], environment: env)
+        try #require(erc == 0, "\(eerr)")
+        _ = try #require(exporter.line(within: 20) { $0.contains("stopped after") }, "not stopped: \(exporter.stdout) \(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("cancelled by the user (job view)"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('terminate'") }, "the job was not terminated")
+    }
+}
