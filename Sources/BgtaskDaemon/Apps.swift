@@ -121,9 +121,11 @@ extension Daemon {
             return .success([.strings(gpuUsable ? ["gpu"] : [])])
         case "ListApps":
             var list: [[String: BusValue]] = apps.values.sorted { $0.id < $1.id }.map { m in
-                ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
+                var d: [String: BusValue] = ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
                  "kinds": .strings(m.kinds.sorted()), "resources": .strings(m.resources.sorted()), "enabled": .bool(!disabledApps.contains(m.id)),
                  "connected": .bool(clients[m.id] != nil)]
+                if let n = m.name { d["name"] = .string(n) }
+                return d
             }
             list += manifestErrors.map { ["error": .string($0.description)] }
             return .success([.dicts(list)])

@@ -301,3 +301,18 @@ final class PersistenceDelegate {
         backgroundTaskID = .invalid
     }
 }
+
+// MARK: the README's example
+
+func cleanDatabase() {}
+
+func readmeExample() throws {
+    BGTaskScheduler.shared.register(forTaskWithIdentifier: "com.example.Feed.cleanup", using: nil) { task in
+        task.expirationHandler = { /* stop soon */ }
+        cleanDatabase()
+        task.setTaskCompleted(success: true)
+    }
+    let request = BGProcessingTaskRequest(identifier: "com.example.Feed.cleanup")
+    request.requiresExternalPower = true
+    try BGTaskScheduler.shared.submit(request)
+}
