@@ -14,7 +14,7 @@ BUILD      := .build/release
 PRODUCTS   := bgtask bgtaskd
 GEN        := .build/install-gen
 
-.PHONY: all check install uninstall clean-gen man completions
+.PHONY: all check install uninstall clean-gen man completions deb
 
 all:
 	for p in $(PRODUCTS); do $(SWIFT) build $(SWIFTFLAGS) --product $$p || exit 1; done
@@ -58,3 +58,9 @@ uninstall:
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
 	rm -f $(DESTDIR)$(USERUNITDIR)/bgtaskd.service $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service $(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.bgtask.Scheduler1.xml
 	rm -f $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
+
+# A Debian package with Debian's own tooling (debian/, debhelper), into dist/.
+deb:
+	dpkg-buildpackage -b -us -uc
+	mkdir -p dist && mv ../bgtask_$$(dpkg-parsechangelog -S Version)_*.deb ../bgtask_$$(dpkg-parsechangelog -S Version)_*.buildinfo \
+	    ../bgtask_$$(dpkg-parsechangelog -S Version)_*.changes dist/

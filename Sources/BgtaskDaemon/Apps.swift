@@ -156,6 +156,7 @@ extension Daemon {
             return .success([])
         case "AppReady":
             let c = client(app, call)
+            if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
             c.ready = true
             for e in running.values where e.row.app == app {
                 if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.row.id): \(deliver(t, kind: e.row.kind))") }

@@ -316,3 +316,28 @@ extension UmockdevIntegrationTests {
         _ = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('terminate'") }, "the job was not terminated")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("a running app registers again with a restarted bgtaskd: a task launched after the restart is delivered to it, not to a new process")
+    func appSurvivesADaemonRestart() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let apps = try ExampleApps(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        #expect(try apps.run(d, "ColorFeed", []).0 == 0)
+        // The app as a person keeps it open: its handlers registered, waiting for tasks.
+        let app = try apps.start(d, "ColorFeed", [], ["BGTASK_LAUNCHED_FOR_BACKGROUND": "1"])
+        defer { app.stop(grace: 1) }
+        _ = try #require(d.said("ready for its tasks (2 handlers, pid \(app.process.processIdentifier))"), "\(d.daemon?.stderr ?? "")")
+        try d.restart()
+        _ = try #require(d.said("ready for its tasks (2 handlers, pid \(app.process.processIdentifier))"), "not registered again: \(d.daemon?.stderr ?? "")")
+        let refresh = "com.example.apple-samplecode.ColorFeed/com.example.apple-samplecode.ColorFeed.refresh"
+        #expect(try d.bgtask(["debug", "launch", refresh]).0 == 0)
+        let delivered = try #require(d.said("\(refresh): started"), "\(d.daemon?.stderr ?? "")")
+        #expect(delivered.contains("delivered to com.example.apple-samplecode.ColorFeed (pid \(app.process.processIdentifier))"), "\(delivered)")
+        _ = try #require(d.said("\(refresh): finished"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(app.line(within: 10) { $0.contains("refreshed: 3 new colors") }, "\(app.stdout)")
+    }
+}
