@@ -10,13 +10,19 @@ extension Bgtask.PolicyCommand {
         static let configuration = CommandConfiguration(
             abstract: "Say what the policy decides for a task now, every rule that matched, and every rule that came close.",
             discussion: """
-            The task: --task 'kind=processing,requires_external_power=true,cpu_heavy,id=backup,waited=2h'. \
+            The task: the options `run` and `submit` take (--kind refresh --requires-external-power --cpu-heavy \
+            --id backup), and --waited 2h; the older --task 'kind=…,requires_external_power,waited=2h' still works. \
             Conditions: read live (default, or from a recorded tree with --sysfs-root), or from a file holding \
             `bgtask status --json` output or a `bgtask watch --record` line.
             """)
 
-        @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated.", valueName: "spec"))
-        var task: String
+        @OptionGroup var taskOptions: TaskOptionsGroup
+
+        @Option(name: .long, help: ArgumentHelp("How long the task has waited (a rule may read task.waited).", valueName: "duration"))
+        var waited: DurationArgument?
+
+        @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated (the older form of the options above).", valueName: "spec"))
+        var task: String?
 
         @Option(name: .long, help: ArgumentHelp("'live', or a file of conditions.", valueName: "file|live"))
         var conditions: String = "live"
@@ -27,8 +33,13 @@ extension Bgtask.PolicyCommand {
         @OptionGroup var layers: PolicyFilesOption
         @OptionGroup var probe: ProbeOptionsGroup
 
+        func validate() throws {
+            if task != nil, taskOptions.isGiven || waited != nil { throw ValidationError("--task and the task options exclude each other") }
+        }
+
         func run() throws {
-            let t = try TaskSpec.parse(task)
+            var t = try task.map(TaskSpec.parse) ?? taskOptions.task(command: [])
+            if let w = waited { t.waited = w.seconds }
             let policy = try layers.load().policy
             let values = try ConditionSource.read(conditions, probe: probe, settings: policy.settings)
             let evaluator = Policy.Evaluator(policy: policy, conditions: values, time: localTime())

@@ -19,14 +19,13 @@ extension Bgtask.PolicyCommand {
         @Option(name: .long, help: ArgumentHelp("A JSON-lines trace from `bgtask watch --record`.", valueName: "file"))
         var trace: String
 
-        @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated.", valueName: "spec"))
-        var task: String
+        @OptionGroup var taskOptions: TaskOptionsGroup
 
-        @Option(name: .long, help: ArgumentHelp("Expire the task after it has run this long, as `run --budget`.", valueName: "duration"))
-        var budget: String?
+        @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated (the older form of the options above).", valueName: "spec"))
+        var task: String?
 
         @Option(name: .long, help: ArgumentHelp("Give up waiting after this long, as `run --max-wait`.", valueName: "duration"))
-        var maxWait: String?
+        var maxWait: DurationArgument?
 
         @Flag(name: .long, help: "Give up at once if it cannot start, as `run --no-wait`.")
         var noWait = false
@@ -35,19 +34,20 @@ extension Bgtask.PolicyCommand {
         var json = false
 
         func validate() throws {
-            for (flag, v) in [("--max-wait", maxWait), ("--budget", budget)] {
-                if let s = v, parseDuration(s) == nil { throw ValidationError("\(flag) \(s): a duration such as 90s, 30m or 2h") }
+            // --budget is the group's; with the older --task form it may still be given.
+            if task != nil, taskOptions.isGiven && !(taskOptions.budget != nil && !taskOptions.isGivenBesidesBudget) {
+                throw ValidationError("--task and the task options exclude each other")
             }
         }
 
         @OptionGroup var layers: PolicyFilesOption
 
         func run() throws {
-            let t = try TaskSpec.parse(task)
+            let t = try task.map(TaskSpec.parse) ?? taskOptions.task(command: [])
             let policy = try layers.load().policy
             let records = try TraceFile.read(trace)
-            let limits = TaskLimits.from(settings: policy.settings, task: t, budget: budget.flatMap(parseDuration),
-                                         maxWait: maxWait.flatMap(parseDuration), noWait: noWait, cpuMonitor: false)
+            let limits = TaskLimits.from(settings: policy.settings, task: t, budget: taskOptions.budget?.seconds,
+                                         maxWait: maxWait?.seconds, noWait: noWait, cpuMonitor: false)
             let events = Simulation.run(policy: policy, task: t, records: records, limits: limits,
                                         time: { localTime($0) }, label: clockText)
             for e in events {

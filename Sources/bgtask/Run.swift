@@ -23,7 +23,7 @@ extension Bgtask {
         @OptionGroup var taskOptions: TaskOptionsGroup
 
         @Option(name: .long, help: ArgumentHelp("Give up waiting after this long (exit 75), e.g. 2h.", valueName: "duration"))
-        var maxWait: String?
+        var maxWait: DurationArgument?
 
         @Flag(name: .long, help: "Do not wait: exit 75 with the reason if the command cannot start now.")
         var noWait = false
@@ -40,7 +40,6 @@ extension Bgtask {
         func validate() throws {
             if command.isEmpty { throw ValidationError("no command given: bgtask run [options] -- COMMAND [ARGS...]") }
             if noWait && maxWait != nil { throw ValidationError("--no-wait and --max-wait exclude each other") }
-            if let s = maxWait, parseDuration(s) == nil { throw ValidationError("--max-wait \(s): a duration such as 90s, 30m or 2h") }
         }
 
         func run() throws {
@@ -48,8 +47,8 @@ extension Bgtask {
             let task = taskOptions.task(command: command)
             var options = RunOptions(argv: Run.fullCommand ?? command, task: task, probe: probe.probeOptions.applying(policy.settings))
             options.noWait = noWait
-            options.maxWait = maxWait.flatMap(parseDuration)
-            options.budget = taskOptions.budget.flatMap(parseDuration)
+            options.maxWait = maxWait?.seconds
+            options.budget = taskOptions.budget?.seconds
             options.quiet = quiet
             options.cpuMonitor = !task.requiresExternalPower
             options.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))

@@ -24,7 +24,7 @@ extension Bgtask {
         var earliest: String?
 
         @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"))
-        var every: String?
+        var every: DurationArgument?
 
         @Option(name: .long, help: ArgumentHelp("Retry a failed run up to N times, with a growing wait between tries.", valueName: "n"))
         var retry: Int?
@@ -40,7 +40,7 @@ extension Bgtask {
             if let e = earliest, parseWhen(e, now: wallClockNow()) == nil {
                 throw ValidationError("--earliest \(e): a duration from now (2h, 30m) or an ISO-8601 time such as 2026-11-22T21:00 or 2026-11-22T21:00:00Z")
             }
-            if let e = every { guard let d = parseDuration(e), d >= 1 else { throw ValidationError("--every \(e): a duration of at least 1s, such as 1d or 6h") } }
+            if let e = every, e.seconds < 1 { throw ValidationError("--every \(e): a duration of at least 1s, such as 1d or 6h") }
             if let r = retry, !(0...100).contains(r) { throw ValidationError("--retry \(r): 0 to 100") }
         }
 
@@ -51,8 +51,8 @@ extension Bgtask {
                                             "requires_network": .bool(task.requiresNetwork), "requires_unmetered": .bool(task.requiresUnmetered),
                                             "cpu_heavy": .bool(task.cpuHeavy), "user_initiated": .bool(task.userInitiated)]
             if let e = earliest.flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
-            if let e = every.flatMap(parseDuration) { opts["every"] = .double(e) }
-            if let b = taskOptions.budget.flatMap(parseDuration) { opts["budget"] = .double(b) }
+            if let e = every?.seconds { opts["every"] = .double(e) }
+            if let b = taskOptions.budget?.seconds { opts["budget"] = .double(b) }
             if let r = retry { opts["retry"] = .uint32(UInt32(r)) }
             if let cwd = getcwd(nil, 0) { opts["directory"] = .string(String(cString: cwd)); free(cwd) }
             let reply = try DaemonClient.call("Submit", [.dict(opts), .strings(Run.fullCommand ?? command)])

@@ -2,13 +2,31 @@ import ArgumentParser
 import BgtaskConfig
 import BgtaskPolicy
 
-/// The task options `run` and `submit` share (one definition, one validation).
+/// A task's kind, as `--kind` takes it (completed by the shells from the cases).
+enum TaskKind: String, ExpressibleByArgument, CaseIterable, Sendable {
+    case processing, refresh, continued
+}
+
+/// A duration argument (`90s`, `30m`, `2h`, `1d`, `1h30m`), parsed once where the argument is read.
+struct DurationArgument: ExpressibleByArgument, Sendable, CustomStringConvertible {
+    let seconds: Double
+    let text: String
+    init?(argument: String) {
+        guard let d = parseDuration(argument) else { return nil }
+        seconds = d
+        text = argument
+    }
+    var description: String { text }
+    static var defaultCompletionKind: CompletionKind { .default }
+}
+
+/// The task options `run`, `submit`, `policy explain` and `policy simulate` share (one definition, one validation).
 struct TaskOptionsGroup: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("A name for the task, for messages and `bgtask why` (default: the command's name).", valueName: "name"))
     var id: String?
 
     @Option(name: .long, help: ArgumentHelp("processing (default), refresh (expires after run.refresh_budget) or continued.", valueName: "kind"))
-    var kind: String = "processing"
+    var kind: TaskKind = .processing
 
     @Flag(name: .long, help: "Wait for external power (and turn the CPU monitor off, as iOS does).")
     var requiresExternalPower = false
@@ -25,23 +43,30 @@ struct TaskOptionsGroup: ParsableArguments {
     @Flag(name: .long, help: "A person is waiting for it: exempt from discretionary rules, not from critical heat.")
     var userInitiated = false
 
-    @Option(name: .long, help: ArgumentHelp("Expire the command after it has run this long.", valueName: "duration"))
-    var budget: String?
+    @Option(name: .long, help: ArgumentHelp("Expire the command after it has run this long (90s, 30m, 2h).", valueName: "duration"))
+    var budget: DurationArgument?
 
     func validate() throws {
-        if !["processing", "refresh", "continued"].contains(kind) { throw ValidationError("--kind \(kind): one of processing, refresh, continued") }
         if unmetered && !requiresNetwork { throw ValidationError("--unmetered goes with --requires-network") }
-        if let s = budget, parseDuration(s) == nil { throw ValidationError("--budget \(s): a duration such as 90s, 30m or 2h") }
         if let i = id, let why = TaskID.problem(i) { throw ValidationError("--id: \(why)") }
     }
 
+    /// Whether any option of the group was given (the older `--task 'spec'` form cannot be mixed with them).
+    var isGiven: Bool {
+        isGivenBesidesBudget || budget != nil
+    }
+
+    var isGivenBesidesBudget: Bool {
+        id != nil || kind != .processing || requiresExternalPower || requiresNetwork || unmetered || cpuHeavy || userInitiated
+    }
+
     func task(command: [String]) -> TaskFields {
-        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: kind)
+        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: kind.rawValue)
         t.requiresExternalPower = requiresExternalPower
         t.requiresNetwork = requiresNetwork
         t.requiresUnmetered = unmetered
         t.cpuHeavy = cpuHeavy
-        t.userInitiated = userInitiated || kind == "continued"
+        t.userInitiated = userInitiated || kind == .continued
         return t
     }
 }

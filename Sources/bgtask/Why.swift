@@ -18,7 +18,7 @@ extension Bgtask {
         var id: String?
 
         @Option(name: .long, help: ArgumentHelp("How far back to look (default 1d).", valueName: "duration"))
-        var since: String = "1d"
+        var since: DurationArgument = DurationArgument(argument: "1d")!
 
         @Flag(name: .long, help: "Every run of the task since --since, not only the latest; without an id, every task.")
         var all = false
@@ -29,7 +29,6 @@ extension Bgtask {
         var json = false
 
         func validate() throws {
-            if parseDuration(since) == nil { throw ValidationError("--since \(since): a duration such as 2h or 7d") }
         }
 
         func run() throws {
@@ -46,7 +45,7 @@ extension Bgtask {
                 fputs(Terminal.safe("bgtask: " + e.message) + "\n", stderr)
                 throw ExitCode(e.status)
             }
-            let from = wallClock() - (parseDuration(since) ?? 86_400)
+            let from = wallClock() - since.seconds
             do { try tell(audit, from: from) } catch let e as ExitCode { throw e } catch {
                 fputs(Terminal.safe("bgtask: audit trail \(audit.path): \(error)") + "\n", stderr)
                 throw ExitCode(ExitStatus.failure)

@@ -119,6 +119,28 @@ struct PolicyCommandTests {
         #expect(!rules.contains { $0["id"] as? String == "discretionary.power-saver" })
     }
 
+    @Test("explain and simulate take the task options run and submit take (typed --kind, durations), and say the same as the older --task form; the two forms do not mix")
+    func sharedTaskOptions() throws {
+        let p = try PolicyEnv()
+        let tree = try FixtureTree.load("laptop-node-exporter.umockdev")
+        defer { tree.remove() }
+        let old = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--task", "id=backup,requires_external_power,cpu_heavy,waited=2h"])
+        let new = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--id", "backup", "--requires-external-power", "--cpu-heavy", "--waited", "2h"])
+        #expect(new.0 == 0, "\(new.2)")
+        #expect(new.1 == old.1, "\(new.1)\n---\n\(old.1)")
+        #expect(new.1.hasPrefix("backup (processing): defer"), "\(new.1)")
+        let kind = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--kind", "nightly"])
+        #expect(kind.0 == 2 && kind.2.contains("nightly") && kind.2.contains("processing"), "\(kind.2)")
+        let duration = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--waited", "soon"])
+        #expect(duration.0 == 2 && duration.2.contains("soon"), "\(duration.2)")
+        let mixed = try p.run(["policy", "explain", "--sysfs-root", tree.root.path, "--task", "cpu_heavy", "--cpu-heavy"])
+        #expect(mixed.0 == 2 && mixed.2.contains("exclude each other"), "\(mixed.2)")
+        let trace = repoRoot.appendingPathComponent("Tests/BgtaskPolicyTests/Traces/charger-heat-charger.jsonl").path
+        let a = try p.run(["policy", "simulate", "--trace", trace, "--task", "id=build,requires_external_power,cpu_heavy", "--budget", "20s"])
+        let b = try p.run(["policy", "simulate", "--trace", trace, "--id", "build", "--requires-external-power", "--cpu-heavy", "--budget", "20s"])
+        #expect(b.0 == 0 && a.1 == b.1, "\(b.1) \(b.2)\n---\n\(a.1)")
+    }
+
     @Test("explain against a recorded laptop gives the documented verdict, with reasons and readings")
     func explainOnRecording() throws {
         let p = try PolicyEnv()
