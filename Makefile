@@ -4,7 +4,9 @@ BINDIR     ?= $(PREFIX)/bin
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
-USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+# systemd --user reads units from $(PREFIX)/lib/systemd/user for /usr and /usr/local, and from
+# ~/.local/share/systemd/user for a prefix in the home directory.
+USERUNITDIR ?= $(if $(filter $(HOME)/%,$(PREFIX)),$(DATADIR)/systemd/user,$(PREFIX)/lib/systemd/user)
 DBUSSERVICEDIR ?= $(DATADIR)/dbus-1/services
 DESTDIR    ?=
 

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages bgtask builds against; with --test, also what its tests run:
 # umockdev (fake sysfs + uevents), the real upowerd, dbus-daemon, gdbus and python3-dbusmock.
 set -euo pipefail
-pkgs=(pkg-config libudev-dev libupower-glib-dev libglib2.0-dev libsqlite3-dev)
+pkgs=(pkg-config libudev-dev libupower-glib-dev libglib2.0-dev libsqlite3-dev make binutils python3)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(umockdev libumockdev-dev gir1.2-umockdev-1.0 upower dbus libglib2.0-bin python3-dbusmock python3-gi
          make binutils file man-db groff-base bash zsh fish)
