@@ -277,7 +277,7 @@ extension Daemon {
             }
             row.resources = JSONValue.array(list.map { .string($0) }).rendered
         }
-        if pending[key] == nil, (try? store.count(app: m.id)) ?? 0 >= limits.maxPendingPerApp {
+        if pending[key] == nil, pendingCount(app: m.id) >= limits.maxPendingPerApp {
             return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
                                      "\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
         }

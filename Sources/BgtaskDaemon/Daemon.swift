@@ -204,6 +204,13 @@ public final class Daemon {
         else { loop.after(0) { [unowned self] in self.restore(rest) } }
     }
 
+    /// An app's pending requests, counted in memory (the queue holds the same rows; a SQL count cost 0.3 ms a Submit).
+    func pendingCount(app: String) -> Int {
+        var n = 0
+        for e in pending.values where e.row.app == app { n += 1 }
+        return n
+    }
+
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false) -> Entry {

@@ -129,7 +129,7 @@ extension Daemon {
             }
             row.directory = s
         }
-        if pending[id] == nil, (try? store.count(app: row.app)) ?? 0 >= limits.maxPendingPerApp {
+        if pending[id] == nil, pendingCount(app: row.app) >= limits.maxPendingPerApp {
             return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
                                      "\(row.app) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
         }
