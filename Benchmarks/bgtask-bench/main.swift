@@ -143,6 +143,22 @@ if want("1") {
     }
 }
 
+// 10. With a system bus: the real upowerd on a private bus over the testbed laptop, and `upower -d` beside
+// `bgtask status --json` (which asks UPower, NetworkManager and power-profiles-daemon; the last two are absent).
+if want("10") {
+    let tb = Testbed()
+    tb.addLaptop(acOnline: false)
+    let bus = try PrivateBus()
+    let upowerd = try UPowerDaemon(bus: bus)
+    defer { upowerd.stop() }
+    let env = bus.environment()
+    let ours = timeProcess(Child.bgtaskPath, ["status", "--json"], n: 50, env: env)
+    let peer = timeProcess("/usr/bin/upower", ["-d"], n: 50, env: env)
+    row("`bgtask status --json` process (testbed laptop, real upowerd on a private system bus)", ours, unit: "ms")
+    row("`upower -d` process (same bus, same run)", peer, unit: "ms")
+    print(String(format: "| ratio bgtask status / upower -d, medians | | %.2f | |", percentile(ours, 0.5) / percentile(peer, 0.5)))
+}
+
 // 3. uevent → watch line.
 if want("3") {
     let tb = Testbed()

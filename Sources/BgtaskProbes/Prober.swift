@@ -1,17 +1,14 @@
-/// Reads the D-Bus services once, on the calling thread.
+/// Reads the D-Bus services once, on the calling thread (`bgtask status`, `policy explain`): one connection,
+/// every question sent before any answer is awaited (`OneShot`). The watcher keeps libupower-glib's client, for
+/// its signals, and reads NetworkManager and power-profiles-daemon with `read(bus:upower:)`.
 enum DBusProbe {
     static func read() -> DBusReadings {
-        let upower: UPowerReading
-        switch UPowerClient.connect() {
-        case .success(let c): upower = c.reading()
-        case .failure(let e): upower = .unavailable(e.message)
-        }
         switch SystemBus.connect() {
         case .failure(let e):
-            return DBusReadings(upower: upower, nmMetered: nil, nmReason: e.message, powerProfile: nil,
+            return DBusReadings(upower: .unavailable(e.message), nmMetered: nil, nmReason: e.message, powerProfile: nil,
                                 powerProfileSource: e.message)
         case .success(let bus):
-            return read(bus: bus, upower: upower)
+            return OneShot(bus: bus).read()
         }
     }
 

@@ -95,4 +95,31 @@ static inline void cup_invoke_idle(GMainContext *ctx, cup_callback fn, void *con
     g_source_attach(s, ctx);
     g_source_unref(s);
 }
+/* One asynchronous call whose reply (or error) lands in `slot`; `*outstanding` counts the calls in flight.
+ * Several are sent together and answered in one wait (a one-shot `bgtask status`). */
+typedef struct { GVariant *reply; GError *error; int *outstanding; } cup_slot;
+static void cup_slot_done(GObject *source, GAsyncResult *result, gpointer data) {
+    cup_slot *s = data;
+    s->reply = g_dbus_connection_call_finish(G_DBUS_CONNECTION(source), result, &s->error);
+    (*s->outstanding)--;
+}
+static inline void cup_call_into(GDBusConnection *bus, const char *name, const char *path, const char *iface,
+                                 const char *method, GVariant *params, const char *reply_type, gboolean auto_start,
+                                 int timeout_ms, cup_slot *slot) {
+    (*slot->outstanding)++;
+    g_dbus_connection_call(bus, name, path, iface, method, params, reply_type != NULL ? G_VARIANT_TYPE(reply_type) : NULL,
+                           auto_start ? G_DBUS_CALL_FLAGS_NONE : G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout_ms, NULL,
+                           cup_slot_done, slot);
+}
+static inline GVariant *cup_params_s(const char *a) { return g_variant_new("(s)", a); }
+static inline GVariant *cup_params_ss(const char *a, const char *b) { return g_variant_new("(ss)", a, b); }
+/* The first child of a reply tuple (g_variant_unref), unboxing a `v`. */
+static inline GVariant *cup_reply_first(GVariant *reply) {
+    GVariant *c = g_variant_get_child_value(reply, 0);
+    if (g_variant_is_of_type(c, G_VARIANT_TYPE_VARIANT)) { GVariant *in = g_variant_get_variant(c); g_variant_unref(c); return in; }
+    return c;
+}
+/* A key of an a{sv} (g_variant_unref), or NULL. */
+static inline GVariant *cup_lookup(GVariant *dict, const char *key) { return g_variant_lookup_value(dict, key, NULL); }
+static inline gboolean cup_variant_is(GVariant *v, const char *type) { return g_variant_is_of_type(v, G_VARIANT_TYPE(type)); }
 #endif
