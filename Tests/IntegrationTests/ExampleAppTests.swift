@@ -157,6 +157,10 @@ extension UmockdevIntegrationTests {
         let second = try #require(server.nextCall("Notify") { progressValue($0) != nil })
         #expect((progressValue(second) ?? 0) > (progressValue(update) ?? 0), "progress moves: \(update) → \(second)")
 
+        // The terminal shows the same progress (`bgtask tasks`, printed once when not on a terminal).
+        let (_, tasks, _) = try d.bgtask(["tasks"])
+        #expect(tasks.contains("Exporting 200 photos") && tasks.contains("█") && tasks.contains("%"), "\(tasks)")
+
         try server.emit("ActionInvoked", "us", "[<uint32 1>, <'cancel'>]")
         _ = try #require(exporter.line(within: 20) { $0.contains("stopped after") }, "the expiration handler did not stop it: \(exporter.stdout)")
         #expect(exporter.waitExit(within: 10) == 3)
