@@ -27,6 +27,7 @@ final class DaemonLink: @unchecked Sendable {
     let expirationQueue = DispatchQueue(label: "BackgroundTasks.expiration")
 
     static let progressInterval = 0.25
+    static let callTimeoutMs: Int32 = 5_000
 
     var currentAppID: String? { lock.withLock { appID } ?? DaemonLink.environmentAppID }
 
@@ -77,7 +78,9 @@ final class DaemonLink: @unchecked Sendable {
         switch connection() {
         case .failure(let e): return .failure(e)
         case .success(let (b, _)):
-            do { return .success(try b.call(method, args)) } catch { return .failure(DaemonLink.map(error)) }
+            // Bounded well under GDBus's 25 s default: an app's launch must not hang on a stuck daemon (the first
+            // call may start bgtaskd by D-Bus activation, which takes a fraction of a second).
+            do { return .success(try b.call(method, args, timeoutMs: DaemonLink.callTimeoutMs)) } catch { return .failure(DaemonLink.map(error)) }
         }
     }
 
