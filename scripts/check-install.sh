@@ -18,6 +18,13 @@ for f in usr/bin/bgtask usr/bin/bgtaskd usr/share/bgtask/policies/default.toml u
 done
 grep -q '^ExecStart=/usr/bin/bgtaskd$' "$root/usr/lib/systemd/user/bgtaskd.service" || fail "unit's ExecStart"
 grep -q '^Exec=/usr/bin/bgtaskd$' "$root/usr/share/dbus-1/services/io.github.bgtask.Scheduler1.service" || fail "activation Exec"
+# The README's first command: a prefix in the home directory puts the user unit where systemd --user reads it.
+home="$root/home"
+mkdir -p "$home"
+HOME="$home" make install PREFIX="$home/.local" >/dev/null
+grep -q "^ExecStart=$home/.local/bin/bgtaskd\$" "$home/.local/share/systemd/user/bgtaskd.service" || fail "home prefix: the user unit"
+[[ -f "$home/.local/share/dbus-1/services/io.github.bgtask.Scheduler1.service" ]] || fail "home prefix: the activation file"
+"$home/.local/bin/bgtask" policy check >/dev/null || fail "home prefix: the installed bgtask"
 file "$root/usr/bin/bgtask" 2>/dev/null | grep -q "not stripped" && fail "bgtask is not stripped"
 for page in "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5; do
   out=$(MANWIDTH=80 man -l "$page" 2>&1 >/dev/null) || fail "man -l $page"

@@ -158,8 +158,9 @@ final class DaemonLink: @unchecked Sendable {
             if readySent { return false }
             if let old = readyTimer { t.cancel(old) }
             readyTimer = t.after(0.5) { [weak self] in self?.sendReady() }
-            defer { mainQueueTurnAsked = true }
-            return !mainQueueTurnAsked
+            let first = !mainQueueTurnAsked
+            mainQueueTurnAsked = true
+            return first
         }
         if askMain { DispatchQueue.main.async { [weak self] in self?.sendReady() } }
     }
@@ -233,13 +234,12 @@ final class DaemonLink: @unchecked Sendable {
 
     func sendProgress(_ task: BGContinuedProcessingTask) {
         let now = (max(0, task.progress.completedUnitCount), max(0, task.progress.totalUnitCount))
-        let changed = lock.withLock { () -> Bool in
-            guard let app = appID, !app.isEmpty else { return false }
-            if let last = lastProgress[task.identifier], last == now { return false }
+        let app = lock.withLock { () -> String? in
+            if let last = lastProgress[task.identifier], last == now { return nil }
             lastProgress[task.identifier] = now
-            return true
+            return appID
         }
-        guard changed, let app = currentAppID else { return }
+        guard let app else { return }
         _ = call("AppProgress", [.string(app), .string(task.identifier), .uint64(UInt64(now.0)), .uint64(UInt64(now.1))])
     }
 

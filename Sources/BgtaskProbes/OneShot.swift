@@ -102,13 +102,33 @@ final class OneShot {
                              autoStart: true)
         let list = send(OneShot.upower.name, OneShot.upower.path, "org.freedesktop.UPower", "EnumerateDevices", nil,
                         reply: "(ao)", autoStart: true)
-        let nm = Services.networkManager
-        let metered = get(nm.name, nm.path, nm.iface, "Metered")
-        let profiles = Services.powerProfiles.map { (service: $0, slot: get($0.name, $0.path, $0.iface, "ActiveProfile")) }
+        let others = askServices()
         wait()
-        return DBusReadings(upower: upowerReading(daemon: daemon, display: display, list: list),
-                            nmMetered: nmMetered(metered).value, nmReason: nmMetered(metered).reason,
-                            powerProfile: profile(profiles).profile, powerProfileSource: profile(profiles).source)
+        return readings(upower: upowerReading(daemon: daemon, display: display, list: list), others)
+    }
+
+    /// NetworkManager and power-profiles-daemon only, with UPower read elsewhere (the watcher's client).
+    func read(upower: UPowerReading) -> DBusReadings {
+        g_main_context_push_thread_default(context)
+        defer { g_main_context_pop_thread_default(context) }
+        let others = askServices()
+        wait()
+        return readings(upower: upower, others)
+    }
+
+    typealias ProfileSlots = [(service: (name: String, path: String, iface: String), slot: UnsafeMutablePointer<cup_slot>)]
+    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots)
+
+    func askServices() -> ServiceSlots {
+        let nm = Services.networkManager
+        return (get(nm.name, nm.path, nm.iface, "Metered"),
+                Services.powerProfiles.map { (service: $0, slot: get($0.name, $0.path, $0.iface, "ActiveProfile")) })
+    }
+
+    func readings(upower: UPowerReading, _ s: ServiceSlots) -> DBusReadings {
+        let metered = nmMetered(s.metered), p = profile(s.profiles)
+        return DBusReadings(upower: upower, nmMetered: metered.value, nmReason: metered.reason,
+                            powerProfile: p.profile, powerProfileSource: p.source)
     }
 
     func upowerReading(daemon: UnsafeMutablePointer<cup_slot>, display: UnsafeMutablePointer<cup_slot>,
@@ -163,8 +183,7 @@ final class OneShot {
         return (m, "NetworkManager Metered=\(NMMetered.name(m))")
     }
 
-    func profile(_ answers: [(service: (name: String, path: String, iface: String), slot: UnsafeMutablePointer<cup_slot>)])
-        -> (profile: String?, source: String) {
+    func profile(_ answers: ProfileSlots) -> (profile: String?, source: String) {
         var why: [String] = []
         for (service, slot) in answers {
             guard let v = value(slot) else { why.append("\(service.name) ActiveProfile: \(error(slot))"); continue }

@@ -1,6 +1,6 @@
 /// Reads the D-Bus services once, on the calling thread (`bgtask status`, `policy explain`): one connection,
 /// every question sent before any answer is awaited (`OneShot`). The watcher keeps libupower-glib's client, for
-/// its signals, and reads NetworkManager and power-profiles-daemon with `read(bus:upower:)`.
+/// its signals, and asks NetworkManager and power-profiles-daemon the same way with `read(bus:upower:)`.
 enum DBusProbe {
     static func read() -> DBusReadings {
         switch SystemBus.connect() {
@@ -13,15 +13,7 @@ enum DBusProbe {
     }
 
     static func read(bus: SystemBus, upower: UPowerReading) -> DBusReadings {
-        let (profile, source) = bus.activeProfile()
-        switch bus.networkManagerMetered() {
-        case .success(let m):
-            return DBusReadings(upower: upower, nmMetered: m, nmReason: "NetworkManager Metered=\(NMMetered.name(m))",
-                                powerProfile: profile, powerProfileSource: source)
-        case .failure(let e):
-            return DBusReadings(upower: upower, nmMetered: nil, nmReason: "NetworkManager not running (\(e.message))",
-                                powerProfile: profile, powerProfileSource: source)
-        }
+        OneShot(bus: bus).read(upower: upower)
     }
 }
 

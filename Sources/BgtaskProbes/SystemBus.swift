@@ -33,30 +33,6 @@ final class SystemBus {
     }
     private init(_ c: OpaquePointer) { connection = c }
     deinit { g_object_unref(UnsafeMutableRawPointer(connection)) }
-
-    func property(_ service: String, _ path: String, _ iface: String, _ name: String) -> Result<OpaquePointer, DBusUnavailable> {
-        var err: UnsafeMutablePointer<GError>?
-        guard let v = cup_dbus_get_property(connection, service, path, iface, name, 1000, &err) else {
-            return .failure(DBusUnavailable(message: "\(service) \(name): " + takeGError(&err)))
-        }
-        return .success(v)
-    }
-
-    func uint32(_ service: String, _ path: String, _ iface: String, _ name: String) -> Result<UInt32, DBusUnavailable> {
-        property(service, path, iface, name).flatMap { v in
-            defer { g_variant_unref(v) }
-            guard cup_variant_is_uint32(v) != 0 else { return .failure(DBusUnavailable(message: "\(service) \(name): not a uint32")) }
-            return .success(g_variant_get_uint32(v))
-        }
-    }
-
-    func string(_ service: String, _ path: String, _ iface: String, _ name: String) -> Result<String, DBusUnavailable> {
-        property(service, path, iface, name).flatMap { v in
-            defer { g_variant_unref(v) }
-            guard cup_variant_is_string(v) != 0 else { return .failure(DBusUnavailable(message: "\(service) \(name): not a string")) }
-            return .success(String(cString: g_variant_get_string(v, nil)))
-        }
-    }
 }
 
 public struct DBusUnavailable: Error, Sendable, CustomStringConvertible {
@@ -81,24 +57,6 @@ public struct SystemReading: Sendable, Equatable {
     public var powerProfile: String?
     public var powerProfileSource: String
     public var cpuPressure: Double?
-}
-
-extension SystemBus {
-    func networkManagerMetered() -> Result<UInt32, DBusUnavailable> {
-        let s = Services.networkManager
-        return uint32(s.name, s.path, s.iface, "Metered")
-    }
-
-    func activeProfile() -> (profile: String?, source: String) {
-        var why: [String] = []
-        for s in Services.powerProfiles {
-            switch string(s.name, s.path, s.iface, "ActiveProfile") {
-            case .success(let p): return (p, "\(s.name) ActiveProfile")
-            case .failure(let e): why.append(e.message)
-            }
-        }
-        return (nil, "power-profiles-daemon not running (\(why.first ?? ""))")
-    }
 }
 
 // MARK: - UPower

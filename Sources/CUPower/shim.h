@@ -51,20 +51,6 @@ static inline gulong cup_connect_device_signal(gpointer instance, const char *na
     return g_signal_connect_data(instance, name, G_CALLBACK(cup_device_trampoline), c, cup_closure_free, 0);
 }
 
-/* org.freedesktop.DBus.Properties.Get with a timeout; returns the unboxed value (g_variant_unref) or NULL. */
-static inline GVariant *cup_dbus_get_property(GDBusConnection *bus, const char *name, const char *path,
-                                              const char *iface, const char *prop, int timeout_ms, GError **error) {
-    GVariant *reply = g_dbus_connection_call_sync(bus, name, path, "org.freedesktop.DBus.Properties", "Get",
-                                                  g_variant_new("(ss)", iface, prop), G_VARIANT_TYPE("(v)"),
-                                                  G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout_ms, NULL, error);
-    if (reply == NULL) return NULL;
-    GVariant *boxed = NULL;
-    g_variant_get(reply, "(v)", &boxed);
-    g_variant_unref(reply);
-    return boxed;
-}
-static inline gboolean cup_variant_is_uint32(GVariant *v) { return g_variant_is_of_type(v, G_VARIANT_TYPE_UINT32); }
-static inline gboolean cup_variant_is_string(GVariant *v) { return g_variant_is_of_type(v, G_VARIANT_TYPE_STRING); }
 
 static void cup_dbus_signal_trampoline(GDBusConnection *conn, const gchar *sender, const gchar *path,
                                        const gchar *iface, const gchar *signal, GVariant *params, gpointer data) {

@@ -484,3 +484,24 @@ extension UmockdevIntegrationTests {
         }
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("daemon.max_pending_per_app: one more than the limit is refused (exit 75, the limit named); replacing a pending request at the limit is not; a freed place is counted again")
+    func pendingLimitPerApp() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-limit.toml", "[daemon]\nmax_pending_per_app = 2\n")
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        for id in ["a", "b"] {
+            #expect(try d.bgtask(["submit", "--id", id, "--requires-external-power", "--", "true"]).0 == 0)
+        }
+        let over = try d.bgtask(["submit", "--id", "c", "--requires-external-power", "--", "true"])
+        #expect(over.0 == 75 && over.2.contains("max_pending_per_app"), "\(over)")
+        #expect(try d.bgtask(["submit", "--id", "a", "--requires-external-power", "--", "true"]).0 == 0, "a resubmit replaces")
+        #expect(try d.bgtask(["cancel", "b"]).0 == 0)
+        #expect(try d.bgtask(["submit", "--id", "c", "--requires-external-power", "--", "true"]).0 == 0)
+        #expect(try d.pending().compactMap { $0["id"] as? String }.sorted() == ["a", "c"])
+    }
+}

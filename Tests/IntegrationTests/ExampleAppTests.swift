@@ -45,21 +45,47 @@ struct ExampleApps {
     }
 }
 
-/// python3-dbusmock's notification daemon on the test's session bus, and a `gdbus monitor` of it: each
-/// call the daemon makes arrives as a `MethodCalled` line (an event to wait for, not a timer).
-final class NotificationServer {
+/// A test's world for the examples: its own policy directory (with extra policy files), the examples'
+/// manifests, a testbed laptop on the charger or on battery, and bgtaskd on a private session bus.
+final class ExampleSetup {
+    let p: PolicyEnv
+    let apps: ExampleApps
+    let tb = Testbed()
+    let laptop: Testbed.Laptop
+    let d: SessionDaemon
+
+    init(onCharger: Bool, policies: [(String, String)] = [], system: PrivateBus? = nil) throws {
+        p = try PolicyEnv()
+        for (name, text) in policies { try p.userPolicy(name, text) }
+        apps = try ExampleApps(p)
+        laptop = onCharger ? tb.addLaptop(acOnline: true, batteryStatus: "Charging") : tb.addLaptop(acOnline: false)
+        d = try SessionDaemon(policy: p, preload: true, system: system, daemonEnv: apps.env, extraEnv: apps.env)
+    }
+}
+
+/// A python3-dbusmock service on the test's session bus (a template by name or file), and a `gdbus monitor` of it:
+/// each call the daemon makes arrives as a `MethodCalled` line (an event to wait for, not a timer).
+final class SessionMock {
     let mock: Child
     let monitor: Child
     let env: [String: String]
+    let name: String
 
-    init(_ d: SessionDaemon, capabilities: String = "actions body body-markup persistence") throws {
+    init(_ d: SessionDaemon, template: String, name: String, parameters: String? = nil) throws {
+        self.name = name
         env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": d.bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
-        mock = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", "notification_daemon",
-                                              "-p", "{\"capabilities\": \"\(capabilities)\"}"], environment: env)
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", "org.freedesktop.Notifications"], environment: env)
-        try #require(rc == 0, "the mocked notification server did not appear: \(err) \(mock.stderr)")
-        monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", "org.freedesktop.Notifications"], environment: env)
+        mock = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", template] + (parameters.map { ["-p", $0] } ?? []),
+                         environment: env)
+        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", name], environment: env)
+        try #require(rc == 0, "the mocked \(name) did not appear: \(err) \(mock.stderr)")
+        monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", name], environment: env)
         _ = monitor.line(within: 5) { $0.contains("Monitoring") }
+    }
+
+    /// The notification server, with the capabilities that decide whether a Cancel button is offered.
+    static func notifications(_ d: SessionDaemon, capabilities: String = "actions body body-markup persistence") throws -> SessionMock {
+        try SessionMock(d, template: "notification_daemon", name: "org.freedesktop.Notifications",
+                        parameters: "{\"capabilities\": \"\(capabilities)\"}")
     }
 
     deinit {
@@ -67,21 +93,26 @@ final class NotificationServer {
         mock.stop(grace: 1)
     }
 
-    /// The next call of `method` the server received (its monitor line), within `seconds`.
+    /// The next call of `method` the service received (its monitor line), within `seconds`.
     func nextCall(_ method: String, within seconds: Double = 10, where match: (String) -> Bool = { _ in true }) -> String? {
         monitor.line(within: seconds) { $0.contains("MethodCalled ('\(method)'") && match($0) }
     }
 
-    func emit(_ signal: String, _ signature: String, _ args: String) throws {
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path",
-                                                            "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.EmitSignal",
-                                                            "org.freedesktop.Notifications", signal, signature, args], environment: env)
+    /// Emits `signal` from one of the service's objects (dbusmock's EmitSignal).
+    func emit(path: String, interface: String, _ signal: String, _ signature: String, _ args: String) throws {
+        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", name, "--object-path", path,
+                                                            "--method", "org.freedesktop.DBus.Mock.EmitSignal",
+                                                            interface, signal, signature, args], environment: env)
         try #require(rc == 0, "EmitSignal \(signal): \(err)")
     }
 
-    func calls() throws -> String {
-        try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.freedesktop.Notifications", "--object-path",
-                                         "/org/freedesktop/Notifications", "--method", "org.freedesktop.DBus.Mock.GetCalls"], environment: env).1
+    func emit(_ signal: String, _ signature: String, _ args: String) throws {
+        try emit(path: "/org/freedesktop/Notifications", interface: "org.freedesktop.Notifications", signal, signature, args)
+    }
+
+    func calls(path: String = "/org/freedesktop/Notifications") throws -> String {
+        try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", name, "--object-path", path,
+                                         "--method", "org.freedesktop.DBus.Mock.GetCalls"], environment: env).1
     }
 }
 
@@ -95,12 +126,8 @@ extension UmockdevIntegrationTests {
     @Test("ColorFeed, Apple's sample ported: the cleaning (requiresExternalPower) waits on battery; the charger uevent makes bgtaskd launch the app, whose handler cleans and completes; why tells it; a debug launch runs the refresh, which reschedules itself")
     func colorFeedEndToEnd() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("50-fast.toml", immediatePowerRule)
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        let laptop = tb.addLaptop(acOnline: false)
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let x = try ExampleSetup(onCharger: false, policies: [("50-fast.toml", immediatePowerRule)])
+        let (apps, tb, laptop, d) = (x.apps, x.tb, x.laptop, x.d)
 
         let (s, o, e) = try apps.run(d, "ColorFeed", [])
         #expect(s == 0, "\(o) \(e)")
@@ -138,12 +165,9 @@ extension UmockdevIntegrationTests {
     @Test("Exporter, a continued task: the notification shows title, subtitle and progress, updated in place at most once a second; Cancel from the notification server reaches the expiration handler; the notification closes shortly after")
     func exporterCancelledFromTheNotification() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
-        let server = try NotificationServer(d)
+        let x = try ExampleSetup(onCharger: true)
+        let (p, apps, d) = (x.p, x.apps, x.d)
+        let server = try SessionMock.notifications(d)
 
         let exporter = try apps.start(d, "Exporter", ["200"], ["EXPORTER_SECONDS_PER_PHOTO": "0.1"])
         defer { exporter.stop(grace: 1) }
@@ -181,13 +205,9 @@ extension UmockdevIntegrationTests {
     @Test("Exporter: bgtask debug expire runs the app's expiration handler; a continued task that makes no progress is shown as stalled (Keep going / Stop), then expired")
     func exporterExpiredAndStalled() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("60-stall.toml", "[run]\nprogress_stalled = \"1s\"\nprogress_expire = \"3s\"\n")
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
-        let server = try NotificationServer(d)
+        let x = try ExampleSetup(onCharger: true, policies: [("60-stall.toml", "[run]\nprogress_stalled = \"1s\"\nprogress_expire = \"3s\"\n")])
+        let (apps, d) = (x.apps, x.d)
+        let server = try SessionMock.notifications(d)
 
         let first = try apps.start(d, "Exporter", ["500"], ["EXPORTER_SECONDS_PER_PHOTO": "0.05"])
         defer { first.stop(grace: 1) }
@@ -211,18 +231,14 @@ extension UmockdevIntegrationTests {
     @Test("Exporter: .fail where the policy would not start it now is immediateRunIneligible; an identifier outside the manifest is notPermitted (register says why on stderr, the app goes on)")
     func exporterErrors() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("70-no-continued.toml", """
+        let x = try ExampleSetup(onCharger: true, policies: [("70-no-continued.toml", """
         [[rule]]
         id = "test.no-continued"
         when = 'task.kind == "continued"'
         verdict = "defer"
         reason = "no continued work in this test"
-        """)
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        """)])
+        let (apps, d) = (x.apps, x.d)
         let (s, o, e) = try apps.run(d, "Exporter", ["--fail", "3"])
         #expect(s == 75, "\(o) \(e)")
         #expect(o.contains("cannot export in the background right now"), "\(o)")
@@ -236,13 +252,10 @@ extension UmockdevIntegrationTests {
     @Test("the Linux beginBackgroundTask: a logind delay lock while saving; PrepareForSleep runs the expiration handler and the lock goes")
     func criticalSectionHoldsOffSleep() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
         let logind = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
         try logind.spawn(template: "logind", name: "org.freedesktop.login1")
-        let d = try SessionDaemon(policy: p, preload: true, system: logind.bus, daemonEnv: apps.env, extraEnv: apps.env)
+        let x = try ExampleSetup(onCharger: true, system: logind.bus)
+        let (apps, d) = (x.apps, x.d)
         let saver = try apps.start(d, "Exporter", ["--save"])
         defer { saver.stop(grace: 1) }
         _ = try #require(saver.line(within: 10) { $0.contains("sleep held off") }, "\(saver.stdout) \(saver.stderr)")
@@ -284,40 +297,27 @@ extension UmockdevIntegrationTests {
     @Test("Exporter under KDE: a job view with title, subtitle and percent; its native Cancel (cancelRequested) stops the export through the expiration handler; the job is terminated")
     func exporterInKDEsJobView() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let x = try ExampleSetup(onCharger: true)
+        let (p, apps, d) = (x.p, x.apps, x.d)
         let template = p.dir.appendingPathComponent("kde_jobviewserver.py")
         try kdeJobViewTemplate.write(to: template, atomically: true, encoding: .utf8)
-        let env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": d.bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
-        let server = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", template.path], environment: env)
-        defer { server.stop(grace: 1) }
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", "org.kde.JobViewServer"], environment: env)
-        try #require(rc == 0, "the mocked job view server did not appear: \(err) \(server.stderr)")
-        let monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", "org.kde.JobViewServer"], environment: env)
-        defer { monitor.stop(grace: 0.5) }
-        _ = monitor.line(within: 5) { $0.contains("Monitoring") }
+        let server = try SessionMock(d, template: template.path, name: "org.kde.JobViewServer")
 
         let exporter = try apps.start(d, "Exporter", ["200"], ["EXPORTER_SECONDS_PER_PHOTO": "0.1"])
         defer { exporter.stop(grace: 1) }
-        let request = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('requestView'") }, "no job view asked: \(d.daemon?.stderr ?? "")")
+        let request = try #require(server.nextCall("requestView"), "no job view asked: \(d.daemon?.stderr ?? "")")
         #expect(request.contains("'Exporter'") && request.contains("<1>"), "app name and the Cancel capability: \(request)")
-        let info = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setInfoMessage'") })
+        let info = try #require(server.nextCall("setInfoMessage"))
         #expect(info.contains("Exporting 200 photos"), "\(info)")
-        _ = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setDescriptionField'") && $0.contains("photos complete") })
-        let percent = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('setPercent'") && !$0.contains("<uint32 0>") },
-                                   "no percent: \(monitor.stdout)")
+        _ = try #require(server.nextCall("setDescriptionField") { $0.contains("photos complete") })
+        let percent = try #require(server.nextCall("setPercent") { !$0.contains("<uint32 0>") },
+                                   "no percent: \(server.monitor.stdout)")
         #expect(percent.contains("JobView_1"), "\(percent)")
 
-        let (erc, _, eerr) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "org.kde.JobViewServer", "--object-path",
-                                                              "/JobViewServer/JobView_1", "--method", "org.freedesktop.DBus.Mock.EmitSignal",
-                                                              "org.kde.JobViewV2", "cancelRequested", "", "[]"], environment: env)
-        try #require(erc == 0, "\(eerr)")
+        try server.emit(path: "/JobViewServer/JobView_1", interface: "org.kde.JobViewV2", "cancelRequested", "", "[]")
         _ = try #require(exporter.line(within: 20) { $0.contains("stopped after") }, "not stopped: \(exporter.stdout) \(d.daemon?.stderr ?? "")")
         _ = try #require(d.said("cancelled by the user (job view)"), "\(d.daemon?.stderr ?? "")")
-        _ = try #require(monitor.line(within: 10) { $0.contains("MethodCalled ('terminate'") }, "the job was not terminated")
+        _ = try #require(server.nextCall("terminate"), "the job was not terminated")
     }
 }
 
@@ -325,11 +325,8 @@ extension UmockdevIntegrationTests {
     @Test("a running app registers again with a restarted bgtaskd: a task launched after the restart is delivered to it, not to a new process")
     func appSurvivesADaemonRestart() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        let apps = try ExampleApps(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: false)
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: apps.env, extraEnv: apps.env)
+        let x = try ExampleSetup(onCharger: false)
+        let (apps, d) = (x.apps, x.d)
         #expect(try apps.run(d, "ColorFeed", []).0 == 0)
         // The app as a person keeps it open: its handlers registered, waiting for tasks.
         let app = try apps.start(d, "ColorFeed", [], ["BGTASK_LAUNCHED_FOR_BACKGROUND": "1"])
