@@ -208,6 +208,31 @@ func rssMB(_ pid: Int32) -> Double {
     return kb / 1024
 }
 
+/// Where the resident memory of a process is, biggest first (`BGTASK_BENCH_SMAPS=1`, to stderr): what to work on
+/// when an RSS row misses its goal.
+func smapsReport(_ pid: Int32, _ label: String) {
+    guard ProcessInfo.processInfo.environment["BGTASK_BENCH_SMAPS"] != nil,
+          // Read to the end: procfs reports size 0, and a one-read String(contentsOfFile:) gets the first page only.
+          let data = FileHandle(forReadingAtPath: "/proc/\(pid)/smaps")?.readDataToEndOfFile(),
+          let text = String(data: data, encoding: .utf8) else { return }
+    var byName: [String: (rss: Int, anon: Int)] = [:]
+    var name = ""
+    for line in text.split(separator: "\n") {
+        let f = line.split(separator: " ", omittingEmptySubsequences: true)
+        if let first = f.first, first.contains("-"), !first.hasSuffix(":") {
+            name = f.count >= 6 ? f[5...].joined(separator: " ") : "[anon]"
+        } else if f.first == "Rss:", f.count > 1, let kb = Int(f[1]) {
+            byName[name, default: (0, 0)].rss += kb
+        } else if f.first == "Anonymous:", f.count > 1, let kb = Int(f[1]) {
+            byName[name, default: (0, 0)].anon += kb
+        }
+    }
+    FileHandle.standardError.write("RSS of \(label) by mapping (kB rss / anon):\n".data(using: .utf8)!)
+    for (n, v) in byName.sorted(by: { $0.value.rss > $1.value.rss }).prefix(12) {
+        FileHandle.standardError.write("  \(v.rss)\t\(v.anon)\t\(n)\n".data(using: .utf8)!)
+    }
+}
+
 /// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
 func idleRow(_ name: String, _ child: Child, seconds: Double = idleSeconds) {
     let pid = child.process.processIdentifier
@@ -262,7 +287,10 @@ if want("5") {
         }
         let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", "true"], environment: env())
         guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait") }
-        if withZone { print(String(format: "| waiting `bgtask run` RSS (a thermal zone) | 1 | %.1f MB | |", rssMB(run.process.processIdentifier))) }
+        if withZone {
+            print(String(format: "| waiting `bgtask run` RSS (a thermal zone) | 1 | %.1f MB | |", rssMB(run.process.processIdentifier)))
+            smapsReport(run.process.processIdentifier, "waiting bgtask run")
+        }
         idleRow("waiting `bgtask run` wake-ups per minute (\(label))", run)
     }
 
@@ -481,6 +509,7 @@ if want("9") {
     row("bgtaskd start → first reply, 10,000 persisted tasks", starts, unit: "ms")
     Thread.sleep(forTimeInterval: 3)   // the first readings delivered to every task
     print(String(format: "| bgtaskd RSS, 10,000 pending | 1 | %.1f MB | |", rssMB(daemon.process.processIdentifier)))
+    smapsReport(daemon.process.processIdentifier, "bgtaskd, 10,000 pending")
     daemon.stop()
 
     // uevent → the first of 100 pending commands started (each a stamp that prints CLOCK_MONOTONIC first).

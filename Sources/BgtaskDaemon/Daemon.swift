@@ -176,6 +176,7 @@ public final class Daemon {
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
                 self.readings = values
+                self.readingsGeneration += 1
                 self.deliver(now: monotonic())
             }
             self.afterRound(conditionsChanged: true)
@@ -200,7 +201,7 @@ public final class Daemon {
         guard !rows.isEmpty else { return }
         for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true) }
         let rest = rows.dropFirst(500)
-        if rest.isEmpty { afterRound(conditionsChanged: false) }
+        if rest.isEmpty { afterRound(conditionsChanged: false); releaseFreedMemory() }
         else { loop.after(0) { [unowned self] in self.restore(rest) } }
     }
 
@@ -252,11 +253,21 @@ public final class Daemon {
     }
 
     /// The readings and the daemon's own conditions (`system.preparing_sleep`), as every task sees them.
+    /// Made once per change and kept: every supervisor then holds the same dictionary storage (copy on write),
+    /// where a fresh merge per task cost each of 10,000 pending tasks its own copy.
     var conditions: [String: PolicyValue]? {
+        if let c = mergedConditions, mergedFor == (readingsGeneration, sleeping) { return c }
         guard var c = readings ?? events?.currentConditions else { return nil }
         c["system.preparing_sleep"] = .bool(sleeping)
+        if readings != nil {   // before the first readings the watcher's own may still change under us
+            mergedConditions = c
+            mergedFor = (readingsGeneration, sleeping)
+        }
         return c
     }
+    var mergedConditions: [String: PolicyValue]?
+    var mergedFor = (0, false)
+    var readingsGeneration = 0
 
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {

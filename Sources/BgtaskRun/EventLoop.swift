@@ -153,3 +153,9 @@ public final class EventLoop {
         }
     }
 }
+
+/// Gives freed heap pages back to the kernel. After a burst of short-lived allocations (a queue of thousands taken
+/// up at start) glibc keeps the pages, and a daemon that then waits for hours would carry them as RSS.
+public func releaseFreedMemory() {
+    _ = malloc_trim(0)
+}

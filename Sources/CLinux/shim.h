@@ -14,6 +14,7 @@
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/resource.h>
+#include <malloc.h>
 
 int pipe2(int pipefd[2], int flags);
 /* glibc ≥ 2.34 declares these only under _GNU_SOURCE, which the Swift importer does not set here. */

@@ -8,12 +8,12 @@ import BgtaskJSON
 
 extension Bgtask {
     struct Apps: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "apps", 
             abstract: "The apps whose manifests bgtaskd knows, and the switch for each one's background work.",
             subcommands: [List.self, Enable.self, Disable.self], defaultSubcommand: List.self)
 
         struct List: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "List the manifests (and those that do not load, with file:line).")
+            static let configuration = CommandConfiguration(commandName: "list", abstract: "List the manifests (and those that do not load, with file:line).")
             @Flag(name: .long, help: "Print the list as JSON.") var json = false
 
             func run() throws {
@@ -30,14 +30,14 @@ extension Bgtask {
         }
 
         struct Enable: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Turn an app's background work on.")
+            static let configuration = CommandConfiguration(commandName: "enable", abstract: "Turn an app's background work on.")
             @Argument(help: ArgumentHelp("The app id.", valueName: "app-id")) var app: String
             func validate() throws { if !AppManifest.validID(app) { throw ValidationError("\(app): not an app id") } }
             func run() throws { try Apps.set(app, true) }
         }
 
         struct Disable: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Turn an app's background work off (its pending work is cancelled).")
+            static let configuration = CommandConfiguration(commandName: "disable", abstract: "Turn an app's background work off (its pending work is cancelled).")
             @Argument(help: ArgumentHelp("The app id.", valueName: "app-id")) var app: String
             func validate() throws { if !AppManifest.validID(app) { throw ValidationError("\(app): not an app id") } }
             func run() throws { try Apps.set(app, false) }

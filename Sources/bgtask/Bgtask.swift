@@ -15,6 +15,22 @@ struct Bgtask: ParsableCommand {
         subcommands: [Run.self, Submit.self, Pending.self, Tasks.self, Cancel.self, Output.self, Debug.self, Apps.self,
                       Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self])
 
+    /// Subcommands that scripts and status bars call over and over. Parsed on their own, they skip building every
+    /// other subcommand's arguments — reflection and protocol-conformance look-ups that were a third of
+    /// `bgtask status`'s run time (docs/benchmarks.md, section 10). Anything unusual (help, completion scripts, a
+    /// parse error) takes the full path, so messages and exit codes stay the root command's.
+    static let direct: [String: ParsableCommand.Type] = [
+        "status": Status.self, "pending": Pending.self, "tasks": Tasks.self, "why": Why.self, "log": Log.self,
+    ]
+
+    static func direct(_ args: [String]) -> ParsableCommand? {
+        guard let first = args.first, let leaf = direct[first] else { return nil }
+        let rest = args.dropFirst()
+        if rest.contains(where: { $0 == "help" || $0 == "-h" || $0 == "--help" || $0.hasPrefix("--generate-completion")
+                                   || $0.hasPrefix("--experimental") || $0 == "--version" }) { return nil }
+        return try? leaf.parseAsRoot(Array(rest))
+    }
+
     static func main() {
         // Lines go to pipes (scripts, tests): flush each one.
         setvbuf(stdout, nil, _IOLBF, 0)
@@ -27,7 +43,7 @@ struct Bgtask: ParsableCommand {
                 Run.fullCommand = Array(args[(dd + 1)...])
                 args = Array(args[...dd]) + [args[dd + 1]]
             }
-            var command = try parseAsRoot(args)
+            var command = try direct(args) ?? parseAsRoot(args)
             try command.run()
         } catch {
             // Usage errors exit 2, as Unix tools do (ArgumentParser's own default is EX_USAGE, 64).

@@ -7,12 +7,12 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Debug: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "debug", 
             abstract: "Launch or expire a daemon task now, whatever the conditions (recorded as such).",
             subcommands: [Launch.self, Expire.self])
 
         struct Launch: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Start a pending task now (Apple's _simulateLaunchForTaskWithIdentifier).")
+            static let configuration = CommandConfiguration(commandName: "launch", abstract: "Start a pending task now (Apple's _simulateLaunchForTaskWithIdentifier).")
             @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind) var id: String
             func run() throws {
                 _ = try DaemonClient.call("DebugLaunch", [.string(id)])
@@ -21,7 +21,7 @@ extension Bgtask {
         }
 
         struct Expire: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Send a running task its expiration now (Apple's _simulateExpirationForTaskWithIdentifier).")
+            static let configuration = CommandConfiguration(commandName: "expire", abstract: "Send a running task its expiration now (Apple's _simulateExpirationForTaskWithIdentifier).")
             @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind) var id: String
             func run() throws {
                 _ = try DaemonClient.call("DebugExpire", [.string(id)])

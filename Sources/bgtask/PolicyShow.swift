@@ -6,7 +6,7 @@ import BgtaskProbes
 
 extension Bgtask.PolicyCommand {
     struct Show: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print the merged policy, each rule with the file and line it comes from.")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "Print the merged policy, each rule with the file and line it comes from.")
 
         @OptionGroup var layers: PolicyFilesOption
 

@@ -4,7 +4,7 @@ import BgtaskConfig
 
 extension Bgtask {
     struct Status: ParsableCommand {
-        static let configuration = CommandConfiguration(
+        static let configuration = CommandConfiguration(commandName: "status", 
             abstract: "Show power, battery, thermal, network and power-profile state, and where each came from.")
 
         @OptionGroup var probe: ProbeOptionsGroup

@@ -139,10 +139,17 @@ extension UmockdevIntegrationTests {
         // coldplug (its own state then never changes); one resend tells that apart from a signal we missed,
         // which a resend cannot bring back (upowerd signals only changes).
         let resent = seen["upower.on_battery"] == nil
+        var refreshFailures = ""
         if resent {
             tb.uevent(laptop.ac)
             tb.uevent(laptop.battery)
-            try collect(for: 20)
+            try collect(for: 10)
+        }
+        // Still nothing: make upowerd re-read the (already changed) sysfs without a uevent. If it then signals
+        // and we see it, the watcher follows upowerd; if upowerd signals and we miss it, that is our failure.
+        if seen["upower.on_battery"] == nil {
+            refreshFailures = upowerd.refreshAll(bus: bus)
+            try collect(for: 10)
         }
         var upowerSays = ""
         if seen["upower.on_battery"] == nil {
@@ -151,7 +158,7 @@ extension UmockdevIntegrationTests {
                                                             "org.freedesktop.UPower", "OnBattery"],
                                          environment: bus.environment(["LD_PRELOAD": nil]), deadline: 10).1) ?? "?"
         }
-        let diagnostics = "upowerd's OnBattery now: \(upowerSays); no UPower signal line (resent: \(resent)); lines: \(lines); upowerd said: \(upowerd.log.suffix(3000))"
+        let diagnostics = "upowerd's OnBattery now: \(upowerSays); no UPower signal line (resent: \(resent)\(refreshFailures.isEmpty ? "" : "; " + refreshFailures)); lines: \(lines); upowerd said: \(upowerd.log.suffix(3000))"
         guard final || (seen["upower.on_battery"] as? Bool == true && seen["power.external"] as? Bool == false) else {
             print("note: \(diagnostics)")
             return false

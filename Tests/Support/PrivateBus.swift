@@ -37,8 +37,8 @@ public final class PrivateBus {
 public final class UPowerDaemon {
     let daemon: Child
     public var pid: Int32 { daemon.process.processIdentifier }
-    /// What upowerd -v has said on stderr so far, for a failing test's message.
-    public var log: String { daemon.stderr }
+    /// What upowerd -v has said so far (GLib writes debug lines to stdout, warnings to stderr), for a failing test's message.
+    public var log: String { daemon.stdout + daemon.stderr }
     let historyDir: URL
     let configFile: URL
 
@@ -48,7 +48,7 @@ public final class UPowerDaemon {
         configFile = tmp.appendingPathComponent("upower-conf-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: historyDir, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: configFile.path, contents: Data())
-        daemon = try Child("/usr/libexec/upowerd", ["-r", "-v"], environment: bus.environment([
+        daemon = try Child("/usr/libexec/upowerd", ["-r", "-d"], environment: bus.environment([
             "UPOWER_HISTORY_DIR": historyDir.path,
             "UPOWER_CONF_FILE_NAME": configFile.path,
             // The same hotfix UPower's own integration test uses under umockdev.
@@ -67,6 +67,25 @@ public final class UPowerDaemon {
             usleep(100_000)
         }
         throw TestbedError(message: "upowerd listed no devices within 15 s")
+    }
+
+    /// Asks upowerd to re-read every device it has (Device.Refresh, allowed in debug mode): the path for a
+    /// test to tell "upowerd dropped a uevent" from "our watcher missed upowerd's signal". Returns what failed.
+    public func refreshAll(bus: PrivateBus) -> String {
+        let env = bus.environment(["LD_PRELOAD": nil])
+        guard let (_, out, err) = try? Child.run("/usr/bin/gdbus", ["call", "--system", "--dest", "org.freedesktop.UPower",
+                                                                    "--object-path", "/org/freedesktop/UPower",
+                                                                    "--method", "org.freedesktop.UPower.EnumerateDevices"],
+                                                 environment: env, deadline: 10) else { return "EnumerateDevices failed" }
+        var failures = err
+        for path in out.split(whereSeparator: { "'[](), ".contains($0) }) where path.hasPrefix("/org/freedesktop/UPower/devices/") {
+            if let (rc, _, e) = try? Child.run("/usr/bin/gdbus", ["call", "--system", "--dest", "org.freedesktop.UPower",
+                                                                  "--object-path", String(path),
+                                                                  "--method", "org.freedesktop.UPower.Device.Refresh"],
+                                               environment: env, deadline: 10), rc == 0 { continue }
+            failures += "Refresh \(path) failed; "
+        }
+        return failures
     }
 
     public func stop() {
