@@ -67,7 +67,9 @@ let package = Package(
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
         .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
                                                      "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
-        .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes",
+        // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
+        .target(name: "CICUNoData"),
+        .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes", "CICUNoData",
                                                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // The app side: BGTaskScheduler, BGTask and the requests, talking to bgtaskd's app methods.
@@ -81,6 +83,7 @@ let package = Package(
 
         .executableTarget(name: "bgtask", dependencies: [
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
+            "CICUNoData",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.

@@ -42,4 +42,7 @@ show=$(env -u BGTASK_POLICY_DIR "$root/usr/bin/bgtask" policy show 2>&1) || fail
 grep -q "$root/usr/share/bgtask/policies/default.toml" <<<"$show" || grep -q "share/bgtask/policies/default.toml" <<<"$show" || fail "policies not found under the prefix: $(head -3 <<<"$show")"
 "$root/usr/bin/bgtaskd" --version >/dev/null || fail "bgtaskd --version"
 size=$(du -m "$root/usr/bin/bgtask" | cut -f1)
+# Issue 11's goal; over it means the empty ICU package (Sources/CICUNoData) no longer replaces Foundation's data,
+# e.g. a toolchain with another ICU version (then set BGTASK_ICU_VERSION in Package.swift's cSettings).
+(( size <= 40 )) || fail "the installed bgtask is ${size} MB, over 40 MB"
 echo "check-install: ok (bgtask ${size} MB stripped; man pages render; completions load)"
