@@ -24,10 +24,22 @@ all:
 check:
 	scripts/test.sh
 
-# Man pages from the argument-parser definitions (one per subcommand), and bgtask-policy.5 from docs/policy.md.
-man: all
-	rm -rf $(GEN)/man && mkdir -p $(GEN)/man
-	python3 scripts/gen-man.py $(BUILD) $(GEN)/man
+# Man pages from the argument-parser definitions by the argument parser's own generator (the tool behind its
+# generate-manual plugin; run directly on the built binaries, because the plugin would build the whole package
+# again, without the static runtime), one page per subcommand named git-style (bgtask-policy-check.1, by
+# scripts/man-pages.sh);
+# bgtask-policy.5 from docs/policy.md. The pages' date is SOURCE_DATE_EPOCH's when set (reproducible .debs).
+MANTOOL  := .build/tools/debug/generate-manual
+MANDATE  := $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%d)
+
+$(MANTOOL): all
+	$(SWIFT) build --package-path .build/checkouts/swift-argument-parser --scratch-path .build/tools --product generate-manual
+
+man: all $(MANTOOL)
+	rm -rf $(GEN)/man && mkdir -p $(GEN)/man/raw
+	for p in $(PRODUCTS); do $(MANTOOL) $(BUILD)/$$p --multi-page --date $(MANDATE) --output-directory $(GEN)/man/raw || exit 1; done
+	scripts/man-pages.sh $(GEN)/man/raw $(GEN)/man
+	rm -rf $(GEN)/man/raw
 	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 > $(GEN)/man/bgtask-policy.5
 
 completions: all

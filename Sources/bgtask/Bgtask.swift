@@ -43,6 +43,10 @@ struct Bgtask: ParsableCommand {
                 Run.fullCommand = Array(args[(dd + 1)...])
                 args = Array(args[...dd]) + [args[dd + 1]]
             }
+            if args.first == "status", let report = Status.plain(args.dropFirst()) {
+                report.print()
+                return
+            }
             var command = try direct(args) ?? parseAsRoot(args)
             try command.run()
         } catch {

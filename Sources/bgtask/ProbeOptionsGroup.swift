@@ -12,9 +12,11 @@ struct ProbeOptionsGroup: ParsableArguments {
     @Flag(name: .long, help: "Do not ask UPower, NetworkManager or power-profiles-daemon over D-Bus.")
     var noDbus = false
 
-    var probeOptions: ProbeOptions {
-        let root = SysfsRoot.fromEnvironment(sysfs: sysfsRoot, proc: procRoot)
-        return ProbeOptions(root: root, useDBus: noDbus ? false : nil)
+    var probeOptions: ProbeOptions { Self.probeOptions(sysfsRoot: sysfsRoot, procRoot: procRoot, noDbus: noDbus) }
+
+    /// The one place the options become `ProbeOptions` (also for `Status.plain`, which skips the parser).
+    static func probeOptions(sysfsRoot: String?, procRoot: String?, noDbus: Bool) -> ProbeOptions {
+        ProbeOptions(root: SysfsRoot.fromEnvironment(sysfs: sysfsRoot, proc: procRoot), useDBus: noDbus ? false : nil)
     }
 
     func validate() throws {

@@ -16,27 +16,52 @@ extension Bgtask {
         var verbose = false
 
         func run() throws {
-            State.recover(probe: probe.probeOptions, audit: nil, quiet: json)
-            let snap = Prober(options: probe.probeOptions).snapshot()
-            if json {
-                print(snap.json.rendered)
-                return
+            StatusReport(options: probe.probeOptions, json: json, verbose: verbose).print()
+        }
+
+        /// The plainest forms — `status`, with any of `--json`, `--verbose`/`-v`, `--no-dbus`, each once — read
+        /// without the argument parser: status bars run them every few seconds, and the parser's reflection of the
+        /// command's arguments was a fifth of the run (docs/benchmarks.md, "Lean start-up and size"). Anything else
+        /// returns nil and is parsed as usual. `status --json` and `status --json --sysfs-root DIR` (parsed) are
+        /// checked to print the same in the integration tests.
+        static func plain(_ args: ArraySlice<String>) -> StatusReport? {
+            let known: Set<String> = ["--json", "--verbose", "-v", "--no-dbus"]
+            guard args.count <= 3, Set(args).count == args.count, args.allSatisfy(known.contains) else { return nil }
+            let verbose = args.contains("--verbose") || args.contains("-v")
+            if args.contains("--verbose") && args.contains("-v") { return nil }
+            return StatusReport(options: ProbeOptionsGroup.probeOptions(sysfsRoot: nil, procRoot: nil, noDbus: args.contains("--no-dbus")),
+                                json: args.contains("--json"), verbose: verbose)
+        }
+    }
+}
+
+/// What `bgtask status` prints, from plain values (the parsed command and `Status.plain` both end here).
+struct StatusReport {
+    var options: ProbeOptions
+    var json: Bool
+    var verbose: Bool
+
+    func print() {
+        State.recover(probe: options, audit: nil, quiet: json)
+        let snap = Prober(options: options).snapshot()
+        if json {
+            Swift.print(snap.json.rendered)
+            return
+        }
+        out(snap.summary)
+        if verbose {
+            out("  power:   \(snap.power.reason)")
+            out("  battery: \(snap.battery.reason)")
+            out("  thermal: \(snap.thermal.reason)")
+            out("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
+            out("  profile: \(snap.system.powerProfileSource)")
+            out("  upower:  \(snap.upower.reason)")
+            if let d = snap.disagreement { out("  note:    \(d)") }
+            for s in snap.supplies {
+                for n in s.notes { out("  \(s.name): \(n)") }
             }
-            out(snap.summary)
-            if verbose {
-                out("  power:   \(snap.power.reason)")
-                out("  battery: \(snap.battery.reason)")
-                out("  thermal: \(snap.thermal.reason)")
-                out("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
-                out("  profile: \(snap.system.powerProfileSource)")
-                out("  upower:  \(snap.upower.reason)")
-                if let d = snap.disagreement { out("  note:    \(d)") }
-                for s in snap.supplies {
-                    for n in s.notes { out("  \(s.name): \(n)") }
-                }
-                for z in snap.zones {
-                    for n in z.notes + z.ignoredTrips { out("  \(z.name): \(n)") }
-                }
+            for z in snap.zones {
+                for n in z.notes + z.ignoredTrips { out("  \(z.name): \(n)") }
             }
         }
     }

@@ -66,6 +66,25 @@ struct HardeningTests {
         #expect(long.0 == 1 && long.2.contains("long.toml:2:16: expire_grace must be a duration string from \"0s\" to \"1h\""), "\(long.2)")
     }
 
+    @Test("the plain `status` forms, read without the argument parser, print exactly what the parsed command prints",
+          arguments: ["power/03-dell-xps15-discharging.umockdev", "power/11-14-dual-battery-secondary-empty.umockdev",
+                      "thermal/thermald-231-skylake-trips.umockdev"])
+    func plainStatusMatchesParsed(fixture: String) throws {
+        let p = try PolicyEnv(fixture: fixture)
+        let roots = ["--sysfs-root", p.machine.root.path, "--proc-root", p.dir.appendingPathComponent("proc").path]
+        for flags in [["--no-dbus"], ["--json", "--no-dbus"], ["--no-dbus", "-v"], ["--verbose", "--json", "--no-dbus"]] {
+            // Without a root option the plain path reads the environment's roots; with one, the parser runs.
+            let plain = try Child.run(Child.bgtaskPath, ["status"] + flags, environment: p.env)
+            let parsed = try Child.run(Child.bgtaskPath, ["status"] + flags + roots, environment: p.env)
+            #expect(plain.0 == 0 && parsed.0 == 0, "\(flags): \(plain.2) \(parsed.2)")
+            #expect(plain.1 == parsed.1, "\(flags)")
+            #expect(plain.1.contains(flags.contains("--json") ? "\"power\":{" : "power:") || !flags.contains("-v"), "\(plain.1)")
+        }
+        // What the plain path does not take goes to the parser, with its message and exit status.
+        let bad = try Child.run(Child.bgtaskPath, ["status", "--json", "--bogus"], environment: p.env)
+        #expect(bad.0 == 2 && bad.2.contains("--bogus"), "\(bad.0) \(bad.2)")
+    }
+
     @Test("out-of-range sysfs numbers: status, explain and run all work and say what was set aside")
     func outOfRangeNumbersEndToEnd() throws {
         let tree = try FixtureTree(umockdev: """
