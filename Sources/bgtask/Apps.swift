@@ -8,7 +8,7 @@ import BgtaskJSON
 
 extension Bgtask {
     struct Apps: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "apps", 
+        static let configuration = CommandConfiguration(commandName: "apps",
             abstract: "The apps whose manifests bgtaskd knows, and the switch for each one's background work.",
             subcommands: [List.self, Enable.self, Disable.self], defaultSubcommand: List.self)
 

@@ -7,7 +7,7 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Cancel: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "cancel", 
+        static let configuration = CommandConfiguration(commandName: "cancel",
             abstract: "Remove a pending request from bgtaskd's queue (a running task is expired: SIGTERM, grace, SIGKILL).")
 
         @Flag(name: .long, help: "Cancel every pending request.")

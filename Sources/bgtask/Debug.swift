@@ -7,7 +7,7 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Debug: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "debug", 
+        static let configuration = CommandConfiguration(commandName: "debug",
             abstract: "Launch or expire a daemon task now, whatever the conditions (recorded as such).",
             subcommands: [Launch.self, Expire.self])
 

@@ -9,7 +9,7 @@ import BgtaskProbes
 
 extension Bgtask {
     struct Log: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "log", 
+        static let configuration = CommandConfiguration(commandName: "log",
             abstract: "Print decisions as they are made, for any task (woken by the audit database changing, not polling).")
 
         @Option(name: [.customShort("n"), .long], help: ArgumentHelp("Show this many earlier decisions first.", valueName: "n"))

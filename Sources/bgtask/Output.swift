@@ -6,7 +6,7 @@ import BgtaskConfig
 
 extension Bgtask {
     struct Output: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "output", 
+        static let configuration = CommandConfiguration(commandName: "output",
             abstract: "Print the stdout and stderr of a daemon task's last run (at most its last 1 MiB).")
 
         @Flag(name: .long, help: "The run before the last.")

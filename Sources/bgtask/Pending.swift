@@ -7,7 +7,7 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Pending: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "pending", 
+        static let configuration = CommandConfiguration(commandName: "pending",
             abstract: "What waits in bgtaskd's queue, each with why (the rule and its file:line) and when it is next looked at.")
 
         @Flag(name: .long, help: "Print the list as JSON.")

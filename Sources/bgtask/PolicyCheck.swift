@@ -8,7 +8,7 @@ import BgtaskJSON
 
 extension Bgtask.PolicyCommand {
     struct Check: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "check", 
+        static let configuration = CommandConfiguration(commandName: "check",
             abstract: "Check policy files: exit 0 when valid, else each error as file:line:col on stderr and exit 1.",
             discussion: "With no files, checks every layer of the policy in force.")
 

@@ -7,7 +7,7 @@ import BgtaskProbes
 
 extension Bgtask.PolicyCommand {
     struct Explain: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "explain", 
+        static let configuration = CommandConfiguration(commandName: "explain",
             abstract: "Say what the policy decides for a task now, every rule that matched, and every rule that came close.",
             discussion: """
             The task: the options `run` and `submit` take (--kind refresh --requires-external-power --cpu-heavy \

@@ -7,7 +7,7 @@ import BgtaskProbes
 
 extension Bgtask.PolicyCommand {
     struct Simulate: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "simulate", 
+        static let configuration = CommandConfiguration(commandName: "simulate",
             abstract: "Replay a condition trace (`bgtask watch --record`) and print when the task would have waited, started, been throttled, paused, resumed or stopped.",
             discussion: """
             The same scheduler core as `bgtask run`: holds, budgets (--budget, or run.refresh_budget for kind=refresh), \

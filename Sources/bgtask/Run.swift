@@ -10,7 +10,7 @@ import BgtaskConfig
 
 extension Bgtask {
     struct Run: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "run", 
+        static let configuration = CommandConfiguration(commandName: "run",
             abstract: "Run a command when the policy allows, and throttle, pause or stop it as conditions change.",
             discussion: """
             Waits, without polling, until the policy's verdict is run (or throttle), starts the command in its \

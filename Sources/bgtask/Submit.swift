@@ -10,7 +10,7 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Submit: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "submit", 
+        static let configuration = CommandConfiguration(commandName: "submit",
             abstract: "Queue a command with bgtaskd and return at once, printing its id.",
             discussion: """
             The daemon runs it when the policy allows, as `bgtask run` would, and keeps it queued across logout \

@@ -10,7 +10,7 @@ import BgtaskPolicy
 
 extension Bgtask {
     struct Tasks: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "tasks", 
+        static let configuration = CommandConfiguration(commandName: "tasks",
             abstract: "What bgtaskd runs now: state, CPU share, runtime, budget left, and progress bars for continued tasks.",
             discussion: "On a terminal the list stays up and is redrawn as tasks change (Ctrl-C ends it); --once or a pipe prints it once.")
 

@@ -10,7 +10,7 @@ import Dispatch
 
 extension Bgtask {
     struct Watch: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "watch", 
+        static let configuration = CommandConfiguration(commandName: "watch",
             abstract: "Print condition changes as they happen, one line (or JSON object) each.",
             discussion: """
             Event-driven: udev's netlink monitor (power_supply, thermal, net), rtnetlink, and UPower, \

@@ -10,7 +10,7 @@ import BgtaskProbes
 
 extension Bgtask {
     struct Why: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "why", 
+        static let configuration = CommandConfiguration(commandName: "why",
             abstract: "Tell the story of a task: what it waited for, which rule (file:line) decided, and what happened.",
             discussion: "Without a task id: the 20 most recent tasks (--all: every task since --since) and where each stands now.")
 

@@ -72,7 +72,8 @@ struct HardeningTests {
     func plainStatusMatchesParsed(fixture: String) throws {
         let p = try PolicyEnv(fixture: fixture)
         let roots = ["--sysfs-root", p.machine.root.path, "--proc-root", p.dir.appendingPathComponent("proc").path]
-        for flags in [["--no-dbus"], ["--json", "--no-dbus"], ["--no-dbus", "-v"], ["--verbose", "--json", "--no-dbus"]] {
+        for flags in [["--no-dbus"], ["--json", "--no-dbus"], ["--no-dbus", "-v"], ["--verbose", "--json", "--no-dbus"],
+                      ["--json", "--no-dbus", "--json", "-v", "--verbose"]] {
             // Without a root option the plain path reads the environment's roots; with one, the parser runs.
             let plain = try Child.run(Child.bgtaskPath, ["status"] + flags, environment: p.env)
             let parsed = try Child.run(Child.bgtaskPath, ["status"] + flags + roots, environment: p.env)
