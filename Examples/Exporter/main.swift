@@ -3,7 +3,10 @@
 // notification, or KDE's job view) and a Cancel there that stops it through the expiration handler.
 // The handler is the WWDC25 one: it loops on its queue, and the expiration handler flips a flag.
 //
-//   Exporter [--fail] [COUNT]     export COUNT photos (default 20) to $EXPORTER_OUT (default ./exported)
+//   Exporter [--fail] [--gpu] [COUNT]
+//                                 export COUNT photos (default 20) to $EXPORTER_OUT (default ./exported);
+//                                 --gpu asks for a GPU even where `supportedResources` has none (to show the
+//                                 rejection; without it the GPU is asked for only where it is supported)
 //   Exporter --save               the Linux extra: hold off sleep while "saving" (a logind delay lock), until
 //                                 the machine is about to sleep or 30 s pass
 //
@@ -16,7 +19,8 @@ setvbuf(stdout, nil, _IOLBF, 0)
 let env = ProcessInfo.processInfo.environment
 var arguments = Array(CommandLine.arguments.dropFirst())
 let failFast = arguments.contains("--fail")
-arguments.removeAll { $0 == "--fail" }
+let forceGPU = arguments.contains("--gpu")
+arguments.removeAll { $0 == "--fail" || $0 == "--gpu" }
 let photos = max(1, Int(arguments.first ?? "") ?? 20)
 let outDir = URL(fileURLWithPath: env["EXPORTER_OUT"] ?? "exported")
 let secondsPerPhoto = Double(env["EXPORTER_SECONDS_PER_PHOTO"] ?? "") ?? 0.3
@@ -90,6 +94,12 @@ func submitContinuedProcessingTaskRequest() throws {
         subtitle: "0 of \(photos) photos complete"
     )
     request.strategy = failFast ? .fail : .queue
+    // As Apple's sample: ask for the GPU where the scheduler says it has one.
+    let gpu = BGTaskScheduler.supportedResources.contains(.gpu)
+    print("Exporter: GPU \(gpu ? "supported" : "not supported") here")
+    if gpu || forceGPU {
+        request.requiredResources = .gpu
+    }
     try BGTaskScheduler.shared.submit(request)
 }
 

@@ -120,7 +120,7 @@ extension BGTaskScheduler {
             self.message = message
         }
 
-        public static var errorDomain: String { "BGTaskSchedulerErrorDomain" }
+        public static var errorDomain: String { BGTaskSchedulerErrorDomain }
         public var errorCode: Int { code.rawValue }
         public var errorUserInfo: [String: Any] { [NSLocalizedDescriptionKey: errorDescription ?? ""] }
         public var errorDescription: String? {
@@ -144,6 +144,9 @@ extension BGTaskScheduler {
         public func hash(into h: inout Hasher) { h.combine(code) }
     }
 }
+
+/// The error domain, under Apple's name (`(error as NSError).domain == BGTaskSchedulerErrorDomain`).
+public let BGTaskSchedulerErrorDomain = "BGTaskSchedulerErrorDomain"
 
 /// `catch BGTaskScheduler.Error.notPermitted { … }`, as Foundation's bridged errors allow.
 public func ~= (code: BGTaskScheduler.Error.Code, error: any Swift.Error) -> Bool {

@@ -25,6 +25,7 @@ struct LibraryTests {
         #expect(e.localizedDescription.contains("permitted identifiers"), "\(e.localizedDescription)")
         #expect((e as NSError).code == 3)
         #expect((e as NSError).domain == "BGTaskSchedulerErrorDomain")
+        #expect((e as NSError).domain == BGTaskSchedulerErrorDomain)
     }
 
     @Test("requests default as Apple's: no floor, no requirements, strategy .queue, resources .default")

@@ -4,7 +4,7 @@ import Testing
 
 /// A stand-in app for the daemon side (the Swift library comes later): python-dbus on a GLib loop.
 /// `submit` registers and submits, then exits; `background` (as bgtaskd launches it) registers, says
-/// ready, and completes each launched task — or, with HANG set, ignores it and only notes its expiration.
+/// ready, and completes each launched task (`submit KIND power|- [IDENTIFIER]`) — or, with HANG set, ignores it and only notes its expiration.
 let fakeApp = #"""
 import dbus, dbus.mainloop.glib, os, sys
 from gi.repository import GLib
@@ -12,13 +12,15 @@ dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
 bus = dbus.SessionBus()
 s = dbus.Interface(bus.get_object("io.github.bgtask.Scheduler1", "/io/github/bgtask/Scheduler1"), "io.github.bgtask.Scheduler1")
 APP, IDENT = "com.example.ColorFeed", "com.example.colorfeed.refresh"
+IDENTS = [IDENT, "com.example.colorfeed.db_cleaning"]
 marker = os.environ.get("MARKER", "/dev/null")
 def note(text):
     with open(marker, "a") as f: f.write(text + "\n")
 mode = sys.argv[1]
 if mode == "submit":
-    s.AppRegister(APP, IDENT)
-    s.AppSubmit(APP, dbus.Dictionary({"identifier": IDENT, "kind": sys.argv[2], "requires_external_power": dbus.Boolean(sys.argv[3] == "power")}, signature="sv"))
+    ident = sys.argv[4] if len(sys.argv) > 4 else IDENT
+    s.AppRegister(APP, ident)
+    s.AppSubmit(APP, dbus.Dictionary({"identifier": ident, "kind": sys.argv[2], "requires_external_power": dbus.Boolean(sys.argv[3] == "power")}, signature="sv"))
     sys.exit(0)
 if mode == "try":
     try:
@@ -33,12 +35,13 @@ def launch(app, ident, kind):
     note(f"launch {ident} {kind}")
     if not os.environ.get("HANG"):
         s.AppComplete(APP, ident, True)
-        GLib.timeout_add(200, loop.quit)
+        GLib.timeout_add(500, loop.quit)
 def expire(app, ident, reason):
     note(f"expire {ident}: {reason}")
 bus.add_signal_receiver(launch, "Launch", "io.github.bgtask.Scheduler1")
 bus.add_signal_receiver(expire, "Expire", "io.github.bgtask.Scheduler1")
-s.AppRegister(APP, IDENT)
+for ident in IDENTS:
+    s.AppRegister(APP, ident)
 s.AppReady(APP)
 GLib.timeout_add(60000, loop.quit)
 loop.run()
@@ -101,6 +104,34 @@ extension UmockdevIntegrationTests {
         let (_, log, _) = try d.bgtask(["log", "-n", "20", "--no-follow"])
         #expect(log.contains("launched com.example.ColorFeed"), "\(log)")
         #expect(try d.pending().isEmpty)
+    }
+
+    @Test("due tasks of one app arrive in one launch: the charger starts a refresh and a processing task of the same app; bgtaskd launches the app once and delivers both")
+    func dueTasksShareOneLaunch() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        #expect(try app.run(d, ["submit", "refresh", "power"]).0 == 0)
+        #expect(try app.run(d, ["submit", "processing", "power", "com.example.colorfeed.db_cleaning"]).0 == 0)
+        let keys = ["com.example.ColorFeed/com.example.colorfeed.refresh", "com.example.ColorFeed/com.example.colorfeed.db_cleaning"]
+        #expect(Set(try d.pending().compactMap { $0["id"] as? String }) == Set(keys))
+
+        tb.plug(laptop, true)
+        var finished: Set<String> = []
+        while finished.count < 2, let line = d.said(": finished", within: 20) {
+            finished.formUnion(keys.filter { line.contains("\($0): finished") })
+        }
+        #expect(finished == Set(keys), "\(d.daemon?.stderr ?? "")")
+        let notes = app.notes
+        #expect(notes.components(separatedBy: "started ").count - 1 == 1, "launched once: \(notes)")
+        #expect(notes.contains("launch com.example.colorfeed.refresh refresh"), "\(notes)")
+        #expect(notes.contains("launch com.example.colorfeed.db_cleaning processing"), "\(notes)")
+        let (_, log, _) = try d.bgtask(["log", "-n", "50", "--no-follow"])
+        #expect(log.components(separatedBy: "launched com.example.ColorFeed (pid").count - 1 == 1, "\(log)")
     }
 
     @Test("app errors as Apple's: an identifier not in the manifest is NotPermitted; an app switched off is Unavailable; an unknown app is NotPermitted")

@@ -249,6 +249,35 @@ extension UmockdevIntegrationTests {
         #expect(e2.contains("cannot register io.github.bgtask.Other.export.1"), "\(e2)")
     }
 
+    @Test("supportedResources has .gpu only where a DRM render node exists and the user may open it; asking for .gpu elsewhere is rejected at submit")
+    func gpuOnlyWithARenderNode() throws {
+        try requirePreload()
+        let x = try ExampleSetup(onCharger: true)
+        let (apps, d) = (x.apps, x.d)
+        // The testbed has no DRM device: no GPU, and asking for one anyway is refused, queueing nothing.
+        let (s, o, e) = try apps.run(d, "Exporter", ["--gpu", "1"], ["EXPORTER_SECONDS_PER_PHOTO": "0"])
+        #expect(s == 69, "\(o) \(e)")
+        #expect(o.contains("GPU not supported here"), "\(o)")
+        #expect(o.contains("no usable GPU render node"), "\(o)")
+        #expect(try d.pending().isEmpty)
+
+        // A render node appears (its /dev node with it): the same request is accepted and runs.
+        try x.tb.load(umockdev: """
+        P: /devices/pci0000:00/0000:00:02.0/drm/renderD128
+        N: dri/renderD128
+        E: DEVNAME=/dev/dri/renderD128
+        E: DEVTYPE=drm_minor
+        E: MAJOR=226
+        E: MINOR=128
+        E: SUBSYSTEM=drm
+
+        """)
+        let (s2, o2, e2) = try apps.run(d, "Exporter", ["1"], ["EXPORTER_SECONDS_PER_PHOTO": "0"])
+        #expect(s2 == 0, "\(o2) \(e2) \(d.daemon?.stderr ?? "")")
+        #expect(o2.contains("GPU supported here"), "\(o2)")
+        #expect(o2.contains("done, 1 of 1 exported"), "\(o2)")
+    }
+
     @Test("the Linux beginBackgroundTask: a logind delay lock while saving; PrepareForSleep runs the expiration handler and the lock goes")
     func criticalSectionHoldsOffSleep() throws {
         try requirePreload()
