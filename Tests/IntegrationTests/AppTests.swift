@@ -2,7 +2,7 @@ import BgtaskTestSupport
 import Foundation
 import Testing
 
-/// A stand-in app for the daemon side (the Swift library comes later): python-dbus on a GLib loop.
+/// A stand-in app for the daemon side (the protocol alone, without the Swift library): python-dbus on a GLib loop.
 /// `submit` registers and submits, then exits; `background` (as bgtaskd launches it) registers, says
 /// ready, and completes each launched task (`submit KIND power|- [IDENTIFIER]`) — or, with HANG set, ignores it and only notes its expiration.
 let fakeApp = #"""
@@ -53,7 +53,11 @@ struct FakeApp {
     let marker: URL
     let dataHome: URL
 
+    /// Kept alive with the app: its directory holds the script and the manifest.
+    let policy: PolicyEnv
+
     init(_ p: PolicyEnv) throws {
+        policy = p
         dataHome = p.dir.appendingPathComponent("data")
         let apps = dataHome.appendingPathComponent("bgtask/apps")
         try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
@@ -78,16 +82,24 @@ struct FakeApp {
     }
 }
 
-extension UmockdevIntegrationTests {
-    @Test("an app's refresh task submitted on battery: bgtaskd launches the app's command when the charger comes, delivers the task, the app completes it; why tells it")
-    func appLaunchedForItsTask() throws {
-        try requirePreload()
+extension FakeApp {
+    /// The fake app's world: a policy that starts power-bound work as soon as the charger comes, a laptop on
+    /// battery, and bgtaskd that knows the app.
+    static func onBattery() throws -> (FakeApp, Testbed, Testbed.Laptop, SessionDaemon) {
         let p = try PolicyEnv()
         try p.userPolicy("50-fast.toml", immediatePowerRule)
         let app = try FakeApp(p)
         let tb = Testbed()
         let laptop = tb.addLaptop(acOnline: false)
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        return (app, tb, laptop, try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env))
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("an app's refresh task submitted on battery: bgtaskd launches the app's command when the charger comes, delivers the task, the app completes it; why tells it")
+    func appLaunchedForItsTask() throws {
+        try requirePreload()
+        let (app, tb, laptop, d) = try FakeApp.onBattery()
         let (s, o, e) = try app.run(d, ["submit", "refresh", "power"])
         #expect(s == 0, "\(o) \(e)")
         let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
@@ -109,12 +121,7 @@ extension UmockdevIntegrationTests {
     @Test("due tasks of one app arrive in one launch: the charger starts a refresh and a processing task of the same app; bgtaskd launches the app once and delivers both")
     func dueTasksShareOneLaunch() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("50-fast.toml", immediatePowerRule)
-        let app = try FakeApp(p)
-        let tb = Testbed()
-        let laptop = tb.addLaptop(acOnline: false)
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        let (app, tb, laptop, d) = try FakeApp.onBattery()
         #expect(try app.run(d, ["submit", "refresh", "power"]).0 == 0)
         #expect(try app.run(d, ["submit", "processing", "power", "com.example.colorfeed.db_cleaning"]).0 == 0)
         let keys = ["com.example.ColorFeed/com.example.colorfeed.refresh", "com.example.ColorFeed/com.example.colorfeed.db_cleaning"]
