@@ -88,7 +88,6 @@ let package = Package(
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
         .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes"], path: "Tests/Support"),
-        .executableTarget(name: "bgtask-stamp", path: "Benchmarks/bgtask-stamp"),
         .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",
                                                                "BgtaskBus", "BgtaskQueue"],
                           path: "Benchmarks/bgtask-bench"),

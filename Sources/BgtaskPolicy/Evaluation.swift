@@ -102,6 +102,13 @@ extension Policy {
             var held: [String: Double] = [:]
             for rule in policy.rules {
                 let raw = Policy.matches(rule, frame)
+                // A rule without holds follows its condition at once: no state to keep (a daemon keeps one of
+                // these dictionaries per waiting task).
+                if rule.holdOn == 0 && rule.holdOff == 0 {
+                    if hold[rule.id] != nil { hold[rule.id] = nil }
+                    if raw { active.append(rule) }
+                    continue
+                }
                 var h = hold[rule.id] ?? RuleHold(active: raw, changingSince: nil)
                 if raw == h.active {
                     h.changingSince = nil

@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import CLinux
+import Synchronization
 
 /// How a task's CPU is capped and its process tree frozen, best first: cgroup v2 `cpu.max` and
 /// `cgroup.freeze` in a delegated subtree, else a cgroup v1 `cpu` quota and `freezer` (as root), else
@@ -42,6 +43,21 @@ enum TaskCgroup {
         case v2(base: String)
         case v1
         case none
+
+        /// Chosen once per process and kept (one per preference): choosing reads /proc/self/mountinfo and
+        /// /proc/self/cgroup and probes cgroup files — work for before a wait, not for between the uevent that
+        /// ends it and the spawn. The layout does not change under a running bgtask; a `create` that fails
+        /// forgets the choice, so the next spawn looks again.
+        static func prepared(prefer: CapMechanism?) -> Plan {
+            if let p = chosen.withLock({ $0[prefer.map(\.rawValue) ?? ""] }) { return p }
+            let p = choose(prefer: prefer)
+            chosen.withLock { $0[prefer.map(\.rawValue) ?? ""] = p }
+            return p
+        }
+
+        static func forget() { chosen.withLock { $0 = [:] } }
+
+        private static let chosen = Mutex<[String: Plan]>([:])
 
         static func choose(prefer: CapMechanism?) -> Plan {
             if prefer == .signals { return .none }
@@ -91,6 +107,11 @@ public final class TaskProcess {
     var onFraction = 0.0
     var feedback: (wall: Double, cpu: Double)?
 
+    /// Chooses the cap mechanism ahead of a spawn (see `TaskCgroup.Plan.prepared`): call it before waiting.
+    public static func prepare(prefer: CapMechanism?) {
+        _ = TaskCgroup.Plan.prepared(prefer: prefer)
+    }
+
     /// Spawns in a new process group; background work gets SCHED_IDLE, nice 10 and the idle I/O class.
     /// `output`: a file for stdout and stderr (appended to, created 0600, not followed if a link), stdin from /dev/null.
     public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil,
@@ -113,7 +134,7 @@ public final class TaskProcess {
             guard outFD >= 0 else { throw SpawnError(command: path, errno: errno) }
         }
         defer { if outFD >= 0 { close(outFD) } }
-        let plan = TaskCgroup.Plan.choose(prefer: prefer)
+        let plan = TaskCgroup.Plan.prepared(prefer: prefer)
         let pid = directory.map { d in d.withCString { bgt_spawn(cargv, env, background ? 1 : 0, outFD, $0) } }
             ?? bgt_spawn(cargv, env, background ? 1 : 0, outFD, nil)
         guard pid > 0 else { throw SpawnError(command: argv[0], errno: -pid) }
@@ -123,6 +144,7 @@ public final class TaskProcess {
         }
         // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
         let cg = plan.create(for: pid, name: cgroupName, background: background)
+        if cg == nil, case .none = plan {} else if cg == nil { TaskCgroup.Plan.forget() }
         return TaskProcess(pid: pid, cgroups: cg)
     }
 

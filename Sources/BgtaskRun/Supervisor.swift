@@ -72,6 +72,8 @@ public final class Supervisor {
         tickAt = policy.time.opaque ? enqueuedAt + 1 : nil
         rulesReadIdentity = policy.rules.contains { $0.names.contains { $0 == "task.id" || $0.hasPrefix("task.waited") || $0.hasPrefix("task.running") } }
         refreshCache()
+        // The cap mechanism is chosen now (once per process), not between the event that starts it and the spawn.
+        TaskProcess.prepare(prefer: options.mechanism)
     }
 
     func refreshCache() {
