@@ -151,6 +151,9 @@ struct HardeningTests {
         let pid = try #require(startedPID(started))
         defer { kill(-pid, SIGKILL) }
         _ = try #require(run.errorLine(within: 5) { $0.contains("paused") }, "\(run.stderr)")
+        // The stop lands when the command is next scheduled, a moment after bgtask says "paused"; a signal sent
+        // before that is delivered first (lower number) and ends the command — not the case this test is about.
+        try #require(reaches(pid, "T", within: 5), "the command never stopped: \(run.stderr)")
         kill(run.process.processIdentifier, SIGUSR2)
         kill(run.process.processIdentifier, SIGALRM)
         // Once these killed bgtask at once; now it goes on supervising (they wait, pending, in the stopped command).
