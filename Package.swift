@@ -102,6 +102,8 @@ let package = Package(
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
+        // The same API from Swift 6 code (strict concurrency), as docs/porting.md promises.
+        .testTarget(name: "BackgroundTasksSwift6Tests", dependencies: ["BackgroundTasks"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )
