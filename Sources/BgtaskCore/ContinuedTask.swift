@@ -105,6 +105,22 @@ public enum ProgressText {
         if let s = stalledFor { lines.append("No progress for \(Durations.describe(s)) — it will be stopped unless it moves") }
         return lines.joined(separator: "\n")
     }
+
+    /// The body for a server that reads markup (`body-markup`): the app's words are text, not markup — an
+    /// `&` or `<` in a subtitle would otherwise break the server's parse (GNOME then shows nothing) or style it.
+    public static func markupEscaped(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for c in text {
+            switch c {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
 }
 
 /// Short human durations for messages ("45 s", "3 min", "2 h").

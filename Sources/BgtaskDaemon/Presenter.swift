@@ -36,6 +36,8 @@ final class Presenter {
         var throttle = UpdateThrottle(interval: 1)
         var surface = Surface.none
         var actions = true
+        /// The server reads markup in the body (`body-markup`): the body is escaped.
+        var markup = false
         var notificationID: UInt32 = 0
         /// A Notify is on its way: the next update waits for its id, so one task never makes two notifications.
         var inFlight = false
@@ -121,7 +123,10 @@ final class Presenter {
                           interface: Presenter.notifications.interface, timeoutMs: 2_000) { [weak self, weak s] r in
                 guard let self, let s else { return }
                 s.inFlight = false
-                if case .success(let v) = r, let caps = v.first?.strings { s.actions = caps.contains("actions") }
+                if case .success(let v) = r, let caps = v.first?.strings {
+                    s.actions = caps.contains("actions")
+                    s.markup = caps.contains("body-markup")
+                }
                 self.update(s, force: true)
             }
         } else {
@@ -259,7 +264,8 @@ final class Presenter {
                                          "transient": .bool(false)]
         if let p = ProgressText.percent(completed: s.completed, total: s.total) { hints["value"] = .int32(Int32(p)) }
         s.inFlight = true
-        bus.callAsync("Notify", [.string(s.appName), .uint32(s.notificationID), .string(""), .string(s.title), .string(body),
+        let text = s.markup ? ProgressText.markupEscaped(body) : body
+        bus.callAsync("Notify", [.string(s.appName), .uint32(s.notificationID), .string(""), .string(s.title), .string(text),
                                  .strings(actions), .dict(hints), .int32(timeoutMs)],
                       destination: Presenter.notifications.name, path: Presenter.notifications.path,
                       interface: Presenter.notifications.interface) { [weak self, weak s] r in

@@ -185,4 +185,11 @@ struct ContinuedTaskTimeTests {
         #expect(ProgressText.percent(completed: 250, total: 100) == 100)
         #expect(ProgressText.body(subtitle: "", completed: 1, total: 2, stalledFor: 75).contains("No progress for 75 s"))
     }
+
+    @Test("an app's words in a body for a markup-reading server stay words: & < > are escaped, the rest is kept")
+    func markupEscaped() {
+        #expect(ProgressText.markupEscaped("Tom & Jerry <b>4K</b> → 42 % · 3 of 7") == "Tom &amp; Jerry &lt;b&gt;4K&lt;/b&gt; → 42 % · 3 of 7")
+        #expect(ProgressText.markupEscaped("plain") == "plain")
+        #expect(ProgressText.markupEscaped("&amp;") == "&amp;amp;")
+    }
 }
