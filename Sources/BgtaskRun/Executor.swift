@@ -57,6 +57,11 @@ enum TaskCgroup {
 
         static func forget() { chosen.withLock { $0 = [:] } }
 
+        var usesCgroups: Bool {
+            if case .none = self { return false }
+            return true
+        }
+
         private static let chosen = Mutex<[String: Plan]>([:])
 
         static func choose(prefer: CapMechanism?) -> Plan {
@@ -144,7 +149,8 @@ public final class TaskProcess {
         }
         // Into the cgroups right after spawn; a child that forks in the first instant keeps its children out.
         let cg = plan.create(for: pid, name: cgroupName, background: background)
-        if cg == nil, case .none = plan {} else if cg == nil { TaskCgroup.Plan.forget() }
+        // A cgroup that could not be made: the layout changed under us, so the next spawn chooses again.
+        if cg == nil, plan.usesCgroups { TaskCgroup.Plan.forget() }
         return TaskProcess(pid: pid, cgroups: cg)
     }
 
