@@ -79,7 +79,7 @@ public final class Daemon {
     var inhibitFD: Int32 = -1
     var inhibitRefusedSaid = false
     /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
-    var sleeping = false
+    var sleeping = false { didSet { mergedConditions = nil } }
     var apps: [String: AppManifest] = [:]
     var manifestErrors: [PolicyError] = []
     var disabledApps: Set<String> = []
@@ -98,7 +98,7 @@ public final class Daemon {
     var policyWatchFD: Int32 = -1
     var reloadGeneration = 0
     /// The newest readings from the watcher (before the daemon's own conditions are added).
-    var readings: [String: PolicyValue]?
+    var readings: [String: PolicyValue]? { didSet { mergedConditions = nil } }
     public private(set) var exitStatus: Int32 = 0
 
     public init(options: DaemonOptions) throws {
@@ -176,7 +176,6 @@ public final class Daemon {
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
                 self.readings = values
-                self.readingsGeneration += 1
                 self.deliver(now: monotonic())
             }
             self.afterRound(conditionsChanged: true)
@@ -256,18 +255,15 @@ public final class Daemon {
     /// Made once per change and kept: every supervisor then holds the same dictionary storage (copy on write),
     /// where a fresh merge per task cost each of 10,000 pending tasks its own copy.
     var conditions: [String: PolicyValue]? {
-        if let c = mergedConditions, mergedFor == (readingsGeneration, sleeping) { return c }
+        if let c = mergedConditions { return c }
         guard var c = readings ?? events?.currentConditions else { return nil }
         c["system.preparing_sleep"] = .bool(sleeping)
-        if readings != nil {   // before the first readings the watcher's own may still change under us
-            mergedConditions = c
-            mergedFor = (readingsGeneration, sleeping)
-        }
+        // Before the first readings the watcher's own may still change under us: not kept.
+        if readings != nil { mergedConditions = c }
         return c
     }
+    /// Dropped whenever `readings` or `sleeping` change.
     var mergedConditions: [String: PolicyValue]?
-    var mergedFor = (0, false)
-    var readingsGeneration = 0
 
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {
