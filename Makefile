@@ -11,15 +11,24 @@ DBUSSERVICEDIR ?= $(DATADIR)/dbus-1/services
 DESTDIR    ?=
 
 SWIFT      ?= swift
-SWIFTFLAGS ?= -c release --static-swift-stdlib
+# Linked by lld where the toolchain has it (Swift's toolchains ship it): relative relocations packed (DT_RELR,
+# glibc ≥ 2.36: 2 MB of relocations that the loader read at every start become 36 KB) and no symbol table
+# exported for dlsym, which nothing uses (0.8 MB of .dynsym/.dynstr, also read at start). docs/benchmarks.md.
+LLD        := $(shell command -v ld.lld 2>/dev/null)
+LINKFLAGS  ?= $(if $(LLD),-Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic)
+SWIFTFLAGS ?= -c release --static-swift-stdlib $(LINKFLAGS)
 BUILD      := .build/release
 PRODUCTS   := bgtask bgtaskd
 GEN        := .build/install-gen
 
-.PHONY: all check install uninstall clean-gen man completions deb
+.PHONY: all swiftflags check install uninstall clean-gen man completions deb
 
 all:
 	for p in $(PRODUCTS); do $(SWIFT) build $(SWIFTFLAGS) --product $$p || exit 1; done
+
+# What the release build is built with (scripts/bench.sh builds the benchmark the same way).
+swiftflags:
+	@echo $(SWIFTFLAGS)
 
 check:
 	scripts/test.sh

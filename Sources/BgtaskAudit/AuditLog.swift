@@ -61,6 +61,9 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let retentionDays = 30.0
+
+    /// Frees SQLite's page cache (a daemon's start prunes and reads the trail).
+    public func releaseMemory() { db.releaseMemory() }
     public static let maxEntries = 100_000
     public var runID = ""
     /// Entries are kept until `flush()` (the daemon writes once per round of events: one transaction, one

@@ -14,7 +14,9 @@ public final class MainLoop {
     var later: [Later] = []
 
     final class Later {
-        let action: () -> Void
+        /// Dropped once it has run: what it captured (bgtaskd's restore held the whole queue read from disk)
+        /// is freed then, not when the next `after` sweeps the list.
+        var action: (() -> Void)?
         var id: guint = 0
         init(_ action: @escaping () -> Void) { self.action = action }
     }
@@ -63,8 +65,10 @@ public final class MainLoop {
         later.append(l)
         l.id = g_timeout_add(guint(max(0, min(3_600_000, (seconds * 1000).rounded(.up)))), { ctx in
             let l = Unmanaged<Later>.fromOpaque(ctx!).takeUnretainedValue()
-            l.action()
+            let action = l.action
+            l.action = nil
             l.id = 0
+            action?()
             return 0
         }, Unmanaged.passUnretained(l).toOpaque())
         later.removeAll { $0.id == 0 && $0 !== l }

@@ -63,7 +63,9 @@ public final class Daemon {
     var object: BusObject?
     let store: QueueStore
     let audit: AuditLog
-    var policy: Policy
+    var policy: Policy { didSet { policyRef = PolicyRef(policy) } }
+    /// The same policy, as every supervisor refers to it (one reference each, not a copy).
+    var policyRef: PolicyRef
     var policyWarning: String?
     var limits: Schedule.Limits
     var pending: [String: Entry] = [:]
@@ -123,6 +125,7 @@ public final class Daemon {
                               status: ExitStatus.config)
         }
         policy = p
+        policyRef = PolicyRef(p)
         limits = Schedule.Limits(p.settings)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
@@ -197,10 +200,14 @@ public final class Daemon {
 
     /// Takes up stored requests 500 at a time, each slice after what the bus has queued.
     func restore(_ rows: ArraySlice<QueuedTask>) {
-        guard !rows.isEmpty else { return }
-        for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true) }
+        // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
+        let shared = conditions.map { Policy.Evaluator(policy: policy, conditions: $0, time: localTime()) }
+        for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
         let rest = rows.dropFirst(500)
-        if rest.isEmpty { afterRound(conditionsChanged: false); releaseFreedMemory() }
+        if rest.isEmpty {
+            afterRound(conditionsChanged: false)
+            releaseWhenQuiet()
+        }
         else { loop.after(0) { [unowned self] in self.restore(rest) } }
     }
 
@@ -213,7 +220,7 @@ public final class Daemon {
 
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
-    func add(_ row: QueuedTask, restored: Bool = false) -> Entry {
+    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
         let wall = wallClockNow(), mono = monotonic()
         sequence += 1
         var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
@@ -228,7 +235,7 @@ public final class Daemon {
         o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
         o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
         o.quiet = options.quiet
-        let s = Supervisor(options: o, policy: policy, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
+        let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
                            enqueuedAt: mono - max(0, wall - row.submitted))
         s.speaker = "bgtaskd"
         s.quietFirstWait = restored
@@ -241,7 +248,9 @@ public final class Daemon {
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         let e = Entry(row: row, supervisor: s)
         pending[row.id] = e
-        if let c = conditions { s.conditionsChanged(c, now: mono) }
+        if let c = conditions {
+            if let evaluator { s.conditionsChanged(c, now: mono, shared: evaluator) } else { s.conditionsChanged(c, now: mono) }
+        }
         return e
     }
 
@@ -320,6 +329,21 @@ public final class Daemon {
         }
     }
 
+    var releaseToken = 0
+    /// What start-up (or the last run) used, SQLite's caches, heap and code pages, is given back once nothing has run for
+    /// `Memory.settleSeconds`: one timer, re-armed whenever the last running task ends.
+    func releaseWhenQuiet() {
+        releaseToken += 1
+        let token = releaseToken
+        loop.after(Memory.settleSeconds) { [unowned self] in
+            guard token == self.releaseToken, self.running.isEmpty else { return }
+            self.store.releaseMemory()
+            self.audit.releaseMemory()
+            Memory.releaseFreedHeap()
+            Memory.releaseStartupPages()
+        }
+    }
+
     /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
     func afterRound(conditionsChanged: Bool) {
         let now = monotonic()
@@ -340,6 +364,7 @@ public final class Daemon {
             for e in all where e.supervisor.machine.phase == .waiting {
                 if case .noSlot? = e.supervisor.machine.startBlock { e.supervisor.reevaluate(now: now) }
             }
+            if running.isEmpty { releaseWhenQuiet() }
         }
         let sups = supervisors
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
@@ -472,9 +497,10 @@ public final class Daemon {
         policy = p
         limits = Schedule.Limits(p.settings)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
+        let shared = conditions.map { Policy.Evaluator(policy: p, conditions: $0, time: localTime()) }
         for (id, e) in pending {
             pending[id] = nil
-            add(e.row, restored: true)
+            add(e.row, restored: true, evaluator: shared)
         }
         say("policy reloaded")
     }

@@ -146,6 +146,9 @@ public final class QueueStore: @unchecked Sendable {
     let db: DatabaseQueue
     public static let file = "queue.sqlite"
 
+    /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
+    public func releaseMemory() { db.releaseMemory() }
+
     public init(path: String) throws {
         self.path = path
         do { try SecureDirectory.checkFile(path) } catch { throw QueueError(path: path, message: error.message) }

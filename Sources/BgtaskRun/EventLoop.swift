@@ -55,9 +55,25 @@ public final class EventLoop {
 
     /// Runs until every supervisor is done (`bgtask run`: signals go to the supervisors).
     public func run(_ supervisors: [Supervisor]) {
+        // Start-up's pages are given back once everything has waited `Memory.settleSeconds` (see `Memory`).
+        var releaseAt: Double?
+        var released = false
         while !supervisors.allSatisfy(\.isDone) {
             let now0 = monotonic()
-            let timeout: Int32 = nextDeadline(supervisors).map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
+            if !released {
+                if !supervisors.allSatisfy({ $0.phaseCode == TaskPhase.waiting.code && $0.conditions != nil }) {
+                    releaseAt = nil
+                } else if let at = releaseAt, now0 >= at {
+                    released = true
+                    releaseAt = nil
+                    Memory.releaseFreedHeap()
+                    Memory.releaseStartupPages()
+                } else if releaseAt == nil {
+                    releaseAt = now0 + Memory.settleSeconds
+                }
+            }
+            let deadline = [nextDeadline(supervisors), releaseAt].compactMap { $0 }.min()
+            let timeout: Int32 = deadline.map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
             var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
             _ = poll(&fds, nfds_t(fds.count), timeout)
             let now = monotonic()
@@ -152,10 +168,4 @@ public final class EventLoop {
             if waitpid(pid, &status, WNOHANG) == pid { s.childExited(waitStatus: status) }
         }
     }
-}
-
-/// Gives freed heap pages back to the kernel. After a burst of short-lived allocations (a queue of thousands taken
-/// up at start) glibc keeps the pages, and a daemon that then waits for hours would carry them as RSS.
-public func releaseFreedMemory() {
-    _ = malloc_trim(0)
 }

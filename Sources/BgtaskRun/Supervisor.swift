@@ -22,9 +22,17 @@ public protocol AppTaskHooks: AnyObject {
 /// (conditions, the clock, signals, its child's exit), gives them to the machine, and carries out the
 /// machine's actions on the process; it records each one, then says it. An `EventLoop` runs any number
 /// of these; it holds no scheduling rule of its own.
+/// One policy that many supervisors refer to (bgtaskd's thousands of waiting tasks): a reference, where a `Policy`
+/// stored in each supervisor is a 260-byte copy per task.
+public final class PolicyRef: Sendable {
+    public let policy: Policy
+    public init(_ policy: Policy) { self.policy = policy }
+}
+
 public final class Supervisor {
     let options: RunOptions
-    let policy: Policy
+    let policyRef: PolicyRef
+    var policy: Policy { policyRef.policy }
     let observer: RunObserver?
     let state: ActiveTasks?
     let enqueuedAt: Double
@@ -60,9 +68,14 @@ public final class Supervisor {
     /// queue (a daemon restart must not say 10,000 times what every task already waited for).
     public var quietFirstWait = false
 
-    public init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
+    public convenience init(options: RunOptions, policy: Policy, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
+        self.init(options: options, policy: PolicyRef(policy), observer: observer, state: state, enqueuedAt: enqueuedAt)
+    }
+
+    public init(options: RunOptions, policy policyRef: PolicyRef, observer: RunObserver?, state: ActiveTasks?, enqueuedAt: Double) {
         self.options = options
-        self.policy = policy
+        self.policyRef = policyRef
+        let policy = policyRef.policy
         self.observer = observer
         self.state = state
         self.enqueuedAt = enqueuedAt
@@ -228,11 +241,12 @@ public final class Supervisor {
             case .noSlot(let why)?: text = "\(why); the policy would run it now"
             case nil: text = explain(d)
             }
-            waitingReason = text
-            waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, $0.location.description) } : nil
+            // Shared with the tasks before it in this evaluation that wait for the same reason.
+            waitingReason = evaluator.shared(text)
+            waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, evaluator.shared($0.location.description)) } : nil
             if text != lastSaid {
                 let first = lastSaid.isEmpty
-                lastSaid = text
+                lastSaid = waitingReason
                 record(.deferred, text, decision: d)
                 if !(first && quietFirstWait) { say("waiting: \(text)") }
             }

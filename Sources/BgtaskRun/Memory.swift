@@ -1,0 +1,100 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import CLinux
+
+/// What a process that waits for hours gives back once it has started: the heap freed by start-up, and the
+/// start-up code's pages.
+public enum Memory {
+    /// How long a process must have been quiet (everything waiting, nothing running) before it gives back what
+    /// start-up used. Not at once: the code that runs next then faults its pages back in, which cost the first
+    /// reaction about 5 ms here (docs/benchmarks.md) — an event right after start, the common case of a charger
+    /// plugged in as a backup is started, keeps the pages; a run that waits for the evening pays it once.
+    public static let settleSeconds = 30.0
+
+    /// Gives freed heap pages back to the kernel. After a burst of short-lived allocations (a queue of thousands
+    /// taken up at start) glibc keeps the pages, and a daemon that then waits for hours would carry them as RSS.
+    public static func releaseFreedHeap() {
+        _ = malloc_trim(0)
+    }
+
+    /// Unmaps the pages of read-only file mappings (the binary's code and constants, the libraries') that nothing
+    /// has copied: start-up touches about 14 MB of a 30 MB binary — argument parsing, the policy compiler, TOML,
+    /// Foundation's and the Swift runtime's set-up — and the kernel maps 64 KB around each page touched. None of
+    /// that runs again while a task waits. The pages stay in the page cache (clean, the first the kernel reclaims);
+    /// what runs next faults its pages back in from there. Called when the process has settled into waiting.
+    ///
+    /// Only mappings that cannot have been written are dropped: not writable, backed by a file, with no private
+    /// (copied-on-write) page — there `MADV_DONTNEED` means "read it from the file again", which gives back what
+    /// was there. A writable mapping, or a read-only one with copies (RELRO: relocated, then made read-only),
+    /// would lose its contents, and is left alone. Returns the kilobytes unmapped.
+    @discardableResult
+    public static func releaseStartupPages() -> Int {
+        guard let f = fopen("/proc/self/smaps", "re") else { return 0 }
+        defer { fclose(f) }
+        var released = 0
+        var current: Mapping?
+        func finish(_ m: Mapping?) {
+            guard let m, m.droppable else { return }
+            if madvise(UnsafeMutableRawPointer(bitPattern: m.start), m.end - m.start, MADV_DONTNEED) == 0 {
+                released += m.rssKB
+            }
+        }
+        var line: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(line) }
+        while getline(&line, &capacity, f) > 0, let l = line {
+            let text = String(cString: l)
+            if let m = Mapping(header: text) {
+                finish(current)
+                current = m
+            } else {
+                current?.read(field: text)
+            }
+        }
+        finish(current)
+        return released
+    }
+
+    /// One mapping of `/proc/self/smaps`: its header line and the fields that decide whether it may be dropped.
+    struct Mapping {
+        let start: Int
+        let end: Int
+        let readOnlyFile: Bool
+        var rssKB = 0
+        var copiedKB = 0
+        var locked = false
+
+        /// `start-end perms offset dev inode [path]`; nil for a field line.
+        init?(header: String) {
+            let parts = header.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
+            guard parts.count >= 5, let dash = parts[0].firstIndex(of: "-"),
+                  let s = Int(parts[0][..<dash], radix: 16), let e = Int(parts[0][parts[0].index(after: dash)...], radix: 16),
+                  parts[1].count == 4 else { return nil }
+            start = s
+            end = e
+            let path = parts.count > 5 ? parts[5].trimmingCharacters(in: " \n") : ""
+            readOnlyFile = !parts[1].contains("w") && path.hasPrefix("/") && !path.hasSuffix(" (deleted)")
+        }
+
+        mutating func read(field: String) {
+            func kB() -> Int { Int(field.split(separator: " ").dropFirst().first ?? "") ?? 0 }
+            if field.hasPrefix("Rss:") { rssKB = kB() }
+            // Copies are anonymous pages, resident or swapped. (Private_Dirty also counts the file's own pages
+            // not yet written back — a binary just built — which the page cache keeps through an unmap.)
+            else if field.hasPrefix("Anonymous:") || field.hasPrefix("Swap:") { copiedKB += kB() }
+            else if field.hasPrefix("VmFlags:") { locked = field.split(separator: " ").contains { $0 == "lo" } }
+        }
+
+        var droppable: Bool { readOnlyFile && rssKB > 0 && copiedKB == 0 && !locked }
+    }
+}
+
+private extension StringProtocol {
+    func trimmingCharacters(in set: String) -> String {
+        var s = Substring(self)
+        while let c = s.last, set.contains(c) { s = s.dropLast() }
+        while let c = s.first, set.contains(c) { s = s.dropFirst() }
+        return String(s)
+    }
+}
