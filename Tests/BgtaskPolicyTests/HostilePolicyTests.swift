@@ -200,3 +200,28 @@ struct HostilePolicyTests {
         #expect(m.phase == .expiring(killAt: 4, killed: false))
     }
 }
+
+@Suite("Tasks alike share one decision")
+struct SharedDecisionTests {
+    /// Where an array's elements live: equal for two arrays that share one storage.
+    func storage<T>(_ a: [T]) -> UnsafeRawPointer? { a.withUnsafeBufferPointer { UnsafeRawPointer($0.baseAddress) } }
+
+    @Test("two waiting tasks alike get one decision's storage from one evaluator; a task unlike them gets its own, and each its own verdict")
+    func alikeShareUnlikeDoNot() throws {
+        let p = try policy(BuiltinPolicy.text)
+        let e = Policy.Evaluator(policy: p, conditions: ["power.external": .bool(false), "power.reason": .string("BAT0 is discharging")],
+                                 time: .midnightMonday)
+        var a = TaskFields(id: "a"), b = TaskFields(id: "b"), c = TaskFields(id: "c")
+        a.requiresExternalPower = true
+        b.requiresExternalPower = true
+        var ha: HoldState = [:], hb: HoldState = [:], hc: HoldState = [:]
+        let da = e.decide(a, now: 1, hold: &ha), db = e.decide(b, now: 1, hold: &hb), dc = e.decide(c, now: 1, hold: &hc)
+        #expect(da.verdict == .defer && db.verdict == .defer)
+        #expect(dc.verdict != .defer)
+        #expect(da == db && storage(da.matches) != nil && storage(da.matches) == storage(db.matches))
+        #expect(storage(dc.matches) != storage(da.matches))
+        #expect(e.shared("waiting for \(1 + 1)") == "waiting for 2")
+        let first = e.shared(da.reason + "")
+        #expect(e.shared(String(db.reason.reversed().reversed())) == first)
+    }
+}
