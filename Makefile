@@ -14,7 +14,9 @@ SWIFT      ?= swift
 # Linked by lld where the toolchain has it (Swift's toolchains ship it): relative relocations packed (DT_RELR,
 # glibc ≥ 2.36: 2 MB of relocations that the loader read at every start become 36 KB) and no symbol table
 # exported for dlsym, which nothing uses (0.8 MB of .dynsym/.dynstr, also read at start). docs/benchmarks.md.
-LLD        := $(shell command -v ld.lld 2>/dev/null)
+# Looked up beside the swift that builds, not on PATH: `make` and `sudo make install` (whose PATH may differ)
+# must agree on the flags, or the second would rebuild everything.
+LLD        := $(firstword $(wildcard $(dir $(shell command -v $(SWIFT) 2>/dev/null))ld.lld) $(shell command -v ld.lld 2>/dev/null))
 LINKFLAGS  ?= $(if $(LLD),-Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic)
 SWIFTFLAGS ?= -c release --static-swift-stdlib $(LINKFLAGS)
 BUILD      := .build/release
