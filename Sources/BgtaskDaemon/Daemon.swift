@@ -63,9 +63,12 @@ public final class Daemon {
     var object: BusObject?
     let store: QueueStore
     let audit: AuditLog
-    var policy: Policy { didSet { policyRef = PolicyRef(policy) } }
-    /// The same policy, as every supervisor refers to it (one reference each, not a copy).
+    /// The policy in force, as every supervisor refers to it (one reference each, not a copy).
     var policyRef: PolicyRef
+    var policy: Policy {
+        get { policyRef.policy }
+        set { policyRef = PolicyRef(newValue) }
+    }
     var policyWarning: String?
     var limits: Schedule.Limits
     var pending: [String: Entry] = [:]
@@ -124,7 +127,6 @@ public final class Daemon {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
         }
-        policy = p
         policyRef = PolicyRef(p)
         limits = Schedule.Limits(p.settings)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
@@ -201,13 +203,10 @@ public final class Daemon {
     /// Takes up stored requests 500 at a time, each slice after what the bus has queued.
     func restore(_ rows: ArraySlice<QueuedTask>) {
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
-        let shared = conditions.map { Policy.Evaluator(policy: policy, conditions: $0, time: localTime()) }
+        let shared = evaluator()
         for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
         let rest = rows.dropFirst(500)
-        if rest.isEmpty {
-            afterRound(conditionsChanged: false)
-            releaseWhenQuiet()
-        }
+        if rest.isEmpty { afterRound(conditionsChanged: false) }
         else { loop.after(0) { [unowned self] in self.restore(rest) } }
     }
 
@@ -248,9 +247,7 @@ public final class Daemon {
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         let e = Entry(row: row, supervisor: s)
         pending[row.id] = e
-        if let c = conditions {
-            if let evaluator { s.conditionsChanged(c, now: mono, shared: evaluator) } else { s.conditionsChanged(c, now: mono) }
-        }
+        if let c = conditions, let shared = evaluator ?? self.evaluator() { s.conditionsChanged(c, now: mono, shared: shared) }
         return e
     }
 
@@ -273,6 +270,11 @@ public final class Daemon {
     }
     /// Dropped whenever `readings` or `sleeping` change.
     var mergedConditions: [String: PolicyValue]?
+
+    /// One evaluation of the conditions as they are now, for many tasks (nil before the first readings).
+    func evaluator() -> Policy.Evaluator? {
+        conditions.map { Policy.Evaluator(policy: policy, conditions: $0, time: localTime()) }
+    }
 
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {
@@ -329,19 +331,15 @@ public final class Daemon {
         }
     }
 
-    var releaseToken = 0
-    /// What start-up (or the last run) used, SQLite's caches, heap and code pages, is given back once nothing has run for
-    /// `Memory.settleSeconds`: one timer, re-armed whenever the last running task ends.
-    func releaseWhenQuiet() {
-        releaseToken += 1
-        let token = releaseToken
-        loop.after(Memory.settleSeconds) { [unowned self] in
-            guard token == self.releaseToken, self.running.isEmpty else { return }
-            self.store.releaseMemory()
-            self.audit.releaseMemory()
-            Memory.releaseFreedHeap()
-            Memory.releaseStartupPages()
-        }
+    /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
+    /// heap, code pages (see `Memory`).
+    var quiet = Memory.QuietSpell()
+    func releaseIfQuiet(now: Double) {
+        guard quiet.observe(quiet: running.isEmpty, now: now) else { return }
+        store.releaseMemory()
+        audit.releaseMemory()
+        Memory.releaseFreedHeap()
+        Memory.releaseStartupPages()
     }
 
     /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
@@ -364,13 +362,13 @@ public final class Daemon {
             for e in all where e.supervisor.machine.phase == .waiting {
                 if case .noSlot? = e.supervisor.machine.startBlock { e.supervisor.reevaluate(now: now) }
             }
-            if running.isEmpty { releaseWhenQuiet() }
         }
         let sups = supervisors
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
         events.afterEvents(sups, conditionsChanged: conditionsChanged)
-        let next = events.nextDeadline(sups)
+        releaseIfQuiet(now: now)
+        let next = [events.nextDeadline(sups), quiet.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
     }
 
@@ -497,7 +495,7 @@ public final class Daemon {
         policy = p
         limits = Schedule.Limits(p.settings)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
-        let shared = conditions.map { Policy.Evaluator(policy: p, conditions: $0, time: localTime()) }
+        let shared = evaluator()
         for (id, e) in pending {
             pending[id] = nil
             add(e.row, restored: true, evaluator: shared)

@@ -55,24 +55,15 @@ public final class EventLoop {
 
     /// Runs until every supervisor is done (`bgtask run`: signals go to the supervisors).
     public func run(_ supervisors: [Supervisor]) {
-        // Start-up's pages are given back once everything has waited `Memory.settleSeconds` (see `Memory`).
-        var releaseAt: Double?
-        var released = false
+        // Start-up's pages are given back once everything has waited a while (see `Memory`).
+        var quiet = Memory.QuietSpell()
         while !supervisors.allSatisfy(\.isDone) {
             let now0 = monotonic()
-            if !released {
-                if !supervisors.allSatisfy({ $0.phaseCode == TaskPhase.waiting.code && $0.conditions != nil }) {
-                    releaseAt = nil
-                } else if let at = releaseAt, now0 >= at {
-                    released = true
-                    releaseAt = nil
-                    Memory.releaseFreedHeap()
-                    Memory.releaseStartupPages()
-                } else if releaseAt == nil {
-                    releaseAt = now0 + Memory.settleSeconds
-                }
+            if quiet.observe(quiet: supervisors.allSatisfy({ $0.phaseCode == TaskPhase.waiting.code && $0.conditions != nil }), now: now0) {
+                Memory.releaseFreedHeap()
+                Memory.releaseStartupPages()
             }
-            let deadline = [nextDeadline(supervisors), releaseAt].compactMap { $0 }.min()
+            let deadline = [nextDeadline(supervisors), quiet.deadline].compactMap { $0 }.min()
             let timeout: Int32 = deadline.map { Int32(max(0, min(3_600_000, ($0 - now0) * 1000).rounded(.up))) } ?? -1
             var fds = [pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0), pollfd(fd: sigfd, events: Int16(POLLIN), revents: 0)]
             _ = poll(&fds, nfds_t(fds.count), timeout)

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskPolicy
 import CLinux
 
 /// What a process that waits for hours gives back once it has started: the heap freed by start-up, and the
@@ -11,6 +12,33 @@ public enum Memory {
     /// reaction about 5 ms here (docs/benchmarks.md) — an event right after start, the common case of a charger
     /// plugged in as a backup is started, keeps the pages; a run that waits for the evening pays it once.
     public static let settleSeconds = 30.0
+
+    /// When a process gives back what it used: once per quiet spell (everything waiting in `bgtask run`, nothing
+    /// running in bgtaskd) that has lasted `settleSeconds`. Pure; the loops give it the clock.
+    public struct QuietSpell: Sendable {
+        public let after: Double
+        var since: Double?
+        var released = false
+
+        public init(after: Double = Memory.settleSeconds) { self.after = after }
+
+        /// Whether to give back now; `quiet` says whether the process is quiet at `now`.
+        public mutating func observe(quiet: Bool, now: Double) -> Bool {
+            guard quiet else {
+                since = nil
+                released = false
+                return false
+            }
+            let start = since ?? now
+            since = start
+            guard !released, now - start >= after else { return false }
+            released = true
+            return true
+        }
+
+        /// When the loop must wake for it (nil: nothing due).
+        public var deadline: Double? { released ? nil : since.map { $0 + after } }
+    }
 
     /// Gives freed heap pages back to the kernel. After a burst of short-lived allocations (a queue of thousands
     /// taken up at start) glibc keeps the pages, and a daemon that then waits for hours would carry them as RSS.
@@ -44,7 +72,7 @@ public enum Memory {
         var capacity = 0
         defer { free(line) }
         while getline(&line, &capacity, f) > 0, let l = line {
-            let text = String(cString: l)
+            let text = String(cString: l).trimmingCharacters(in: "\n")
             if let m = Mapping(header: text) {
                 finish(current)
                 current = m
@@ -73,7 +101,7 @@ public enum Memory {
                   parts[1].count == 4 else { return nil }
             start = s
             end = e
-            let path = parts.count > 5 ? parts[5].trimmingCharacters(in: " \n") : ""
+            let path = parts.count > 5 ? String(parts[5]).trimmingCharacters(in: " ") : ""
             readOnlyFile = !parts[1].contains("w") && path.hasPrefix("/") && !path.hasSuffix(" (deleted)")
         }
 
@@ -87,14 +115,5 @@ public enum Memory {
         }
 
         var droppable: Bool { readOnlyFile && rssKB > 0 && copiedKB == 0 && !locked }
-    }
-}
-
-private extension StringProtocol {
-    func trimmingCharacters(in set: String) -> String {
-        var s = Substring(self)
-        while let c = s.last, set.contains(c) { s = s.dropLast() }
-        while let c = s.first, set.contains(c) { s = s.dropFirst() }
-        return String(s)
     }
 }

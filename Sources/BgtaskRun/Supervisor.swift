@@ -18,10 +18,6 @@ public protocol AppTaskHooks: AnyObject {
     func kill(_ s: Supervisor) -> String
 }
 
-/// One task under supervision: the core's `TaskMachine` and the process it drives. It receives events
-/// (conditions, the clock, signals, its child's exit), gives them to the machine, and carries out the
-/// machine's actions on the process; it records each one, then says it. An `EventLoop` runs any number
-/// of these; it holds no scheduling rule of its own.
 /// One policy that many supervisors refer to (bgtaskd's thousands of waiting tasks): a reference, where a `Policy`
 /// stored in each supervisor is a 260-byte copy per task.
 public final class PolicyRef: Sendable {
@@ -29,6 +25,10 @@ public final class PolicyRef: Sendable {
     public init(_ policy: Policy) { self.policy = policy }
 }
 
+/// One task under supervision: the core's `TaskMachine` and the process it drives. It receives events
+/// (conditions, the clock, signals, its child's exit), gives them to the machine, and carries out the
+/// machine's actions on the process; it records each one, then says it. An `EventLoop` runs any number
+/// of these; it holds no scheduling rule of its own.
 public final class Supervisor {
     let options: RunOptions
     let policyRef: PolicyRef

@@ -108,4 +108,25 @@ struct MemoryTests {
         l.read(field: "VmFlags: rd ex mr mw me lo")
         #expect(!l.droppable)
     }
+
+    @Test("a quiet spell gives back once, after 30 s of quiet; activity starts the count again, and a new spell gives back again")
+    func quietSpellInVirtualTime() {
+        var q = Memory.QuietSpell(after: 30)
+        func gives(quiet: Bool, now: Double) -> Bool { q.observe(quiet: quiet, now: now) }
+        #expect(q.deadline == nil)
+        #expect(!gives(quiet: true, now: 100))
+        #expect(q.deadline == 130)
+        #expect(!gives(quiet: true, now: 129.9))
+        #expect(gives(quiet: true, now: 130))
+        #expect(q.deadline == nil)
+        #expect(!gives(quiet: true, now: 500))          // once per spell
+        #expect(!gives(quiet: false, now: 501))         // a task runs
+        #expect(q.deadline == nil)
+        #expect(!gives(quiet: true, now: 510))
+        #expect(!gives(quiet: false, now: 520))         // runs again before the spell is long enough
+        #expect(!gives(quiet: true, now: 545))
+        #expect(q.deadline == 575)
+        #expect(!gives(quiet: true, now: 574))
+        #expect(gives(quiet: true, now: 575.5))
+    }
 }
