@@ -38,6 +38,12 @@ public indirect enum BusValue: Sendable, Equatable {
     case dict([String: BusValue])
     /// `aa{sv}`
     case dicts([[String: BusValue]])
+    /// A struct of any members, e.g. `(sv)` or `(sasb)` (systemd's unit properties).
+    case tuple([BusValue])
+    /// An array whose element type is given (so an empty one has a type too), e.g. `a(sv)`.
+    case array(element: String, [BusValue])
+    /// `v`
+    case variant(BusValue)
 
     public var string: String? { if case .string(let s) = self { return s }; return nil }
     public var bool: Bool? { if case .bool(let b) = self { return b }; return nil }
@@ -72,6 +78,13 @@ public indirect enum BusValue: Sendable, Equatable {
         case .dicts(let ds):
             var children: [OpaquePointer?] = ds.map { BusValue.dictVariant($0) }
             return g_variant_new_array(cgio_type("a{sv}"), &children, gsize(children.count))
+        case .tuple(let members):
+            var children: [OpaquePointer?] = members.map { $0.variant() }
+            return g_variant_new_tuple(&children, gsize(children.count))
+        case .array(let element, let items):
+            var children: [OpaquePointer?] = items.map { $0.variant() }
+            return g_variant_new_array(cgio_type(element), &children, gsize(children.count))
+        case .variant(let inner): return g_variant_new_variant(inner.variant())
         }
     }
 
@@ -162,6 +175,15 @@ public final class BusConnection: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
 
+    /// A peer-to-peer connection to a server's own socket, not a message bus (systemd's
+    /// `$XDG_RUNTIME_DIR/systemd/private`): no bus names; calls and signals go to and come from the peer.
+    public init(peerSocket path: String) throws(BusError) {
+        var err: UnsafeMutablePointer<GError>?
+        guard let c = cgio_connect_peer(path, &err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        raw = c
+        g_dbus_connection_set_exit_on_close(raw, 0)
+    }
+
     /// A connection of its own to the session bus, not the process's shared one: a library inside an app
     /// must not change what the app's own GDBus connection does (exit-on-close, filters).
     public init(privateSession: Bool) throws(BusError) {
@@ -199,12 +221,12 @@ public final class BusConnection: @unchecked Sendable {
 
     /// The same for signals from any object of `sender` (`handler(path, member, args)`): one subscription for
     /// objects that come and go (KDE's job views).
-    public func subscribe(sender: String, interface: String, member: String,
+    public func subscribe(sender: String?, interface: String, member: String,
                           _ handler: @escaping (String, String, [BusValue]) -> Void) {
         subscribe(sender: sender, interface: interface, member: member, anyPath: true, path: nil, handler)
     }
 
-    func subscribe(sender: String, interface: String, member: String, anyPath: Bool, path: String?,
+    func subscribe(sender: String?, interface: String, member: String, anyPath: Bool, path: String?,
                    _ handler: @escaping (String, String, [BusValue]) -> Void) {
         let sub = Subscription(handler)
         let fn: cgio_signal_fn = { ctx, _, path, member, params in
@@ -232,7 +254,7 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     /// Calls a method and waits for the reply (bounded by `timeoutMs`). Returns the reply's arguments.
-    public func call(_ method: String, _ args: [BusValue], destination: String = SchedulerBus.name, path: String = SchedulerBus.path,
+    public func call(_ method: String, _ args: [BusValue], destination: String? = SchedulerBus.name, path: String = SchedulerBus.path,
                      interface: String = SchedulerBus.interface, timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
         var children: [OpaquePointer?] = args.map { $0.variant() }
         let params = g_variant_new_tuple(&children, gsize(children.count))

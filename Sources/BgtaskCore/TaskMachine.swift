@@ -150,6 +150,14 @@ public struct TaskMachine: Sendable {
         switch phase { case .finished, .gaveUp: return true; default: return false }
     }
 
+    /// A waiting machine made anew for a task whose machine was let go while it waited (bgtaskd's resting
+    /// tasks) takes up the holds and the decision it had, so the next step decides as the old machine would have.
+    public mutating func resumeWaiting(hold: HoldState, lastDecision: Decision) {
+        guard phase == .waiting, startedAt == nil else { return }
+        self.hold = hold
+        self.lastDecision = lastDecision
+    }
+
     public var isExpiring: Bool { if case .expiring = phase { return true }; return false }
 
     /// The instant the machine must be looked at again even if no condition changes: a hold elapsing, the
@@ -384,9 +392,14 @@ extension TaskMachine {
         case .finished, .gaveUp, .expiring: return false
         default: break
         }
+        return TaskMachine.dependsOnThermal(task, waiting: phase == .waiting, policy, conditions: conditions, time: time)
+    }
+
+    /// The same for a task in no machine (bgtaskd's resting tasks): waiting, or not yet started.
+    public static func dependsOnThermal(_ task: TaskFields, waiting: Bool, _ policy: Policy, conditions: [String: PolicyValue],
+                                        time: TimeFields) -> Bool {
         if policy.rules.contains(where: { $0.names.contains("thermal.celsius") || $0.names.contains("thermal.zone") }) { return true }
         guard policy.rules.contains(where: { $0.names.contains("thermal.state") }) else { return false }
-        let waiting = phase == .waiting
         var seen: Set<String> = []
         var c = conditions
         for s in TaskMachine.thermalStates {

@@ -19,6 +19,8 @@ public struct DaemonOptions {
     public var quiet = false
     /// Watch logind on the system bus for sleep and shutdown (off with `--no-dbus`).
     public var watchSleep = true
+    /// Run command tasks as transient units where a systemd user manager runs (off with `--no-systemd-units`).
+    public var systemdUnits = true
     public init(probe: ProbeOptions) { self.probe = probe }
 }
 
@@ -28,14 +30,43 @@ public struct DaemonError: Error, CustomStringConvertible {
     public var description: String { message }
 }
 
-/// A task the daemon knows: its stored request and the supervisor driving it.
+/// A task the daemon knows: its stored request and the supervisor driving it — or, while it rests, what its
+/// supervisor knew. A waiting task that only a change of conditions can start (waiting for the charger, say)
+/// rests: its supervisor is let go and the queue's fast verdict is checked for it on each change; when that
+/// verdict changes, a new supervisor takes up its holds and decision and decides in full (`Daemon.wake`).
+/// 10,000 tasks waiting for power then cost a row and a verdict each, not a supervisor each.
 final class Entry {
     var row: QueuedTask
-    let supervisor: Supervisor
+    private(set) var awake: Supervisor?
+    private(set) var rest: Supervisor.Rest?
     init(row: QueuedTask, supervisor: Supervisor) {
         self.row = row
-        self.supervisor = supervisor
+        awake = supervisor
     }
+
+    /// Its supervisor: running tasks always have one, waiting ones once woken (`Daemon.wake`).
+    var supervisor: Supervisor { awake! }
+    var isResting: Bool { awake == nil }
+
+    /// Lets the supervisor go if it may rest (see `Supervisor.rest`); the run id goes into the row, as a new
+    /// supervisor must carry on the same story.
+    func sleepIfIdle() {
+        guard let s = awake, let r = s.rest else { return }
+        row.runID = s.runOptions.runID
+        rest = r
+        awake = nil
+    }
+
+    func wake(_ s: Supervisor) {
+        if let r = rest { s.resume(r) }
+        rest = nil
+        awake = s
+    }
+
+    /// Why it waits, as `pending` says it, awake or not.
+    var waitingReason: String { awake?.waitingReason ?? rest?.reason ?? "" }
+    var waitingRule: (id: String, location: String)? { awake != nil ? awake!.waitingRule : rest?.rule }
+    var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
 }
 
 /// Gives each task's events its own run id in the shared audit trail.
@@ -94,6 +125,8 @@ public final class Daemon {
     lazy var presenter = Presenter(daemon: self)
     /// Why each app task was last expired (shown when it ends).
     var expiredReasons: [String: String] = [:]
+    /// The user's systemd manager, where one runs: command tasks are its transient units (nil: bgtaskd's children).
+    var systemd: SystemdUnits?
     /// App processes bgtaskd started for background work, by app id.
     var launchedApps: [String: TaskProcess] = [:]
     /// Apps' background runtime on battery today, and when and in which power state it was last counted.
@@ -152,6 +185,8 @@ public final class Daemon {
         accountedAt = monotonic()
         scheduleMidnight()
         loadApps()
+        systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
+        if let m = systemd { say("tasks run as transient units of the systemd user manager (\(m.how)) in background.slice") }
         recoverInterrupted()
         audit.flush()
 
@@ -196,7 +231,7 @@ public final class Daemon {
     /// Running, then pending in submission order (the order in which waiting work may take a free slot).
     var all: [Entry] { Array(running.values) + pending.values.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) } }
     /// Every supervisor, in no particular order: for what is done to each alike.
-    var supervisors: [Supervisor] { running.values.map(\.supervisor) + pending.values.map(\.supervisor) }
+    var supervisors: [Supervisor] { running.values.map(\.supervisor) + pending.values.compactMap(\.awake) }
 
     // MARK: The queue
 
@@ -220,6 +255,27 @@ public final class Daemon {
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
+        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
+        pending[row.id] = e
+        if let c = conditions, let shared = evaluator ?? self.evaluator() {
+            e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
+            e.sleepIfIdle()
+        }
+        return e
+    }
+
+    /// A resting task's supervisor again, with the holds and decision it rested on (nothing is said or recorded
+    /// anew: its story goes on).
+    @discardableResult
+    func wake(_ e: Entry) -> Supervisor {
+        if let s = e.awake { return s }
+        let s = supervisor(for: e.row, restored: true)
+        e.wake(s)
+        return s
+    }
+
+    /// The supervisor of a stored request.
+    func supervisor(for row: QueuedTask, restored: Bool) -> Supervisor {
         let wall = wallClockNow(), mono = monotonic()
         sequence += 1
         var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
@@ -245,10 +301,8 @@ public final class Daemon {
         }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
-        let e = Entry(row: row, supervisor: s)
-        pending[row.id] = e
-        if let c = conditions, let shared = evaluator ?? self.evaluator() { s.conditionsChanged(c, now: mono, shared: shared) }
-        return e
+        else if systemd != nil { s.launcher = self }
+        return s
     }
 
     nonisolated(unsafe) static var runCounter = 0
@@ -282,7 +336,26 @@ public final class Daemon {
         guard let c = conditions else { return }
         onBattery = c["power.external"] == .bool(false)
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
-        for e in all { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
+        for e in all {
+            // A resting task whose fast verdict has not changed stays at rest; otherwise it is decided in full.
+            if let r = e.rest, shared.verdict(e.row.fields) == r.verdict { continue }
+            wake(e).conditionsChanged(c, now: now, shared: shared)
+            if e.row.state != "running" { e.sleepIfIdle() }
+        }
+    }
+
+    /// Whether a temperature could change the verdict of some resting task (they have no supervisor to ask):
+    /// asked once per kind of task, as `EventLoop` asks supervisors.
+    func restingDependOnThermal() -> Bool {
+        guard let c = conditions else { return false }
+        let time = localTime()
+        var memo: Set<Int> = []
+        for e in pending.values where e.isResting {
+            let t = e.row.fields
+            guard memo.insert(Supervisor.thermalKey(t, phaseCode: 0)).inserted else { continue }
+            if TaskMachine.dependsOnThermal(t, waiting: true, policy, conditions: c, time: time) { return true }
+        }
+        return false
     }
 
     var load: Schedule.Load {
@@ -301,7 +374,7 @@ public final class Daemon {
         let id = s.id
         switch kind {
         case .started:
-            guard let e = pending[id], e.supervisor === s else { return }
+            guard let e = pending[id], e.awake === s else { return }
             pending[id] = nil
             running[id] = e
             e.row.state = "running"
@@ -331,6 +404,9 @@ public final class Daemon {
         }
     }
 
+    /// How many tasks rested at the last round.
+    var lastResting = 0
+
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
     var quiet = Memory.QuietSpell()
@@ -353,20 +429,27 @@ public final class Daemon {
             finished(e)
             freed = true
         }
-        for (id, e) in pending where e.supervisor.isDone {   // could not be spawned, or gave up
+        for (id, e) in pending where e.awake?.isDone == true {   // could not be spawned, or gave up
             pending[id] = nil
             finished(e)
             freed = true
         }
         if freed {
-            for e in all where e.supervisor.machine.phase == .waiting {
-                if case .noSlot? = e.supervisor.machine.startBlock { e.supervisor.reevaluate(now: now) }
+            for e in all where e.awake?.machine.phase == .waiting {
+                if case .noSlot? = e.supervisor.machine.startBlock {
+                    e.supervisor.reevaluate(now: now)
+                    e.sleepIfIdle()
+                }
             }
         }
         let sups = supervisors
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
-        events.afterEvents(sups, conditionsChanged: conditionsChanged)
+        // Resting tasks are not among the supervisors: when their number changes, the zones' need is asked again.
+        let resting = pending.count - (sups.count - running.count)
+        let restingChanged = resting != lastResting
+        lastResting = resting
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || restingChanged) { [unowned self] in self.restingDependOnThermal() }
         releaseIfQuiet(now: now)
         let next = [events.nextDeadline(sups), quiet.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
@@ -393,7 +476,8 @@ public final class Daemon {
         let secondsToday = localTime().secondsSinceMidnight
         loop.after(86_400 - secondsToday + 1) { [unowned self] in
             self.accountBattery()
-            for e in self.all where e.supervisor.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
+            // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
+            for e in self.all where e.awake?.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
             self.afterRound(conditionsChanged: false)
             self.scheduleMidnight()
         }
@@ -448,8 +532,16 @@ public final class Daemon {
             let lost = "bgtaskd was gone while it ran (pid \(r.pgid ?? 0))"
             audit.record(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
                                   runID: runID), task: r.fields)
-            let done = Recovery.endInterrupted(pgid: r.pgid ?? 0, childStart: UInt64(max(0, r.childStart ?? 0)), cgroupRecord: r.cgroup ?? "-",
+            // A transient unit (its row says `unit NAME`): thawed through systemd first; if its main process was
+            // never known, systemd stops the whole unit.
+            let unit = r.cgroup.flatMap { $0.hasPrefix("unit ") ? String($0.dropFirst(5)) : nil }
+            if let u = unit, let m = systemd { if r.pgid == nil { m.stopLeftover(u) } else { m.thawLeftover(u) } }
+            var done = Recovery.endInterrupted(pgid: r.pgid ?? 0, childStart: UInt64(max(0, r.childStart ?? 0)), cgroupRecord: r.cgroup ?? "-",
                                                grace: policy.settings.number("run.expire_grace"))
+            if let u = unit {
+                if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
+                _ = try? systemd?.call("ResetFailedUnit", [.string(u)])
+            }
             let requeue = r.kind != "refresh"
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil
             let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
@@ -509,6 +601,7 @@ public final class Daemon {
         stopping = true
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
         for (_, e) in running {
+            if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unit { systemd?.stopLeftover(u.unitName) }
             guard let pid = e.supervisor.pid else { continue }
             e.supervisor.taskProcess?.thawForSignal()
             let done = Recovery.endInterrupted(pgid: pid, childStart: UInt64(max(0, e.row.childStart ?? 0)),

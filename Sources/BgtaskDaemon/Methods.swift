@@ -52,7 +52,7 @@ extension Daemon {
         case "DebugLaunch":
             guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "DebugLaunch takes (s id)")) }
             guard let e = pending[id] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no pending task \(id)")) }
-            e.supervisor.launchNow(now: monotonic())
+            wake(e).launchNow(now: monotonic())
             return .success([])
         case "DebugExpire":
             guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "DebugExpire takes (s id)")) }
@@ -148,7 +148,7 @@ extension Daemon {
         if let e = pending.removeValue(forKey: id) {
             try? store.remove(id, state: "pending")
             audit.record(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (bgtask cancel)", decision: nil,
-                                  conditions: [:], exitStatus: nil, runID: e.supervisor.runOptions.runID), task: e.row.fields)
+                                  conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
             done.append("removed the pending request")
         }
         if let e = running[id], !e.supervisor.isDone {
@@ -168,21 +168,20 @@ extension Daemon {
 
     func listPending() -> [[String: BusValue]] {
         let wall = wallClockNow(), mono = monotonic()
-        return all.filter { $0.supervisor.machine.phase == .waiting }.map { e in
-            let s = e.supervisor
+        return all.filter(\.isWaiting).map { e in
             var d: [String: BusValue] = ["id": .string(e.row.id), "app": .string(e.row.app), "kind": .string(e.row.kind),
                                          "command": .strings(e.row.command), "submitted": .double(e.row.submitted),
-                                         "reason": .string(s.waitingReason.isEmpty ? "not yet evaluated" : s.waitingReason),
+                                         "reason": .string(e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason),
                                          "requires_external_power": .bool(e.row.requiresExternalPower),
                                          "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures))]
-            if let m = s.waitingRule {
+            if let m = e.waitingRule {
                 d["rule"] = .string(m.id)
                 d["location"] = .string(m.location)
             }
             if let t = e.row.earliest { d["earliest"] = .double(t) }
             if let t = e.row.every { d["every"] = .double(t) }
             // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
-            if let n = s.nextDeadline { d["next_check"] = .double(wall + (n - mono)) }
+            if let n = e.awake?.nextDeadline { d["next_check"] = .double(wall + (n - mono)) }
             return d
         }
     }
@@ -207,6 +206,7 @@ extension Daemon {
                 if v.total > 0 { d["progress_completed"] = .uint64(v.completed); d["progress_total"] = .uint64(v.total) }
             }
             if let m = s.taskProcess?.mechanism { d["mechanism"] = .string(m.rawValue) }
+            if let u = s.taskProcess?.unit { d["unit"] = .string(u.unitName) }
             return d
         }
     }

@@ -121,17 +121,18 @@ public final class EventLoop {
 
     /// After a round of events: re-decides how often zones are read, only when something it depends on
     /// may have changed (not on each tick of a signal duty cycle).
-    public func afterEvents(_ supervisors: [Supervisor], conditionsChanged: Bool) {
+    /// `others`: whether work outside these supervisors depends on a temperature (bgtaskd's resting tasks).
+    public func afterEvents(_ supervisors: [Supervisor], conditionsChanged: Bool, others: () -> Bool = { false }) {
         let phases = supervisors.map(\.phaseCode)
         if conditionsChanged || phases != lastPhases {
             lastPhases = phases
-            adjustThermalReads(supervisors)
+            adjustThermalReads(supervisors, others: others)
         }
     }
 
     /// Zones are read only while a temperature can change some task's verdict, and then less often the
     /// farther the hottest reading is from a boundary: a run waiting for the charger reads none.
-    func adjustThermalReads(_ supervisors: [Supervisor]) {
+    func adjustThermalReads(_ supervisors: [Supervisor], others: () -> Bool) {
         guard let minimum = thermalMinimumMs, let snap = latest.value.withLock({ $0 }) else { return }
         // Tasks alike (same phase, kind and flags) depend alike: asked once per kind of task, not per task.
         var memo: [Int: Bool] = [:]
@@ -142,7 +143,7 @@ public final class EventLoop {
             let v = s.dependsOnThermal
             memo[k] = v
             return v
-        }
+        } || others()
         let want = matters ? ThermalAnalysis.readInterval(snap.zones, states: snap.zoneStates, fallback: snap.options.thermal,
                                                           minimumMs: minimum, maximumMs: max(minimum, 30_000)) : nil
         if want != thermalAsked {

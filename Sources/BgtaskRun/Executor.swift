@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskProbes
 import CLinux
 import Synchronization
 
@@ -11,6 +12,9 @@ public enum CapMechanism: String, Sendable {
     case cgroupV2 = "cgroup v2 cpu.max + cgroup.freeze"
     case cgroupV1 = "cgroup v1 cpu quota + freezer"
     case signals = "SIGSTOP/SIGCONT of the process group"
+    /// bgtaskd with a systemd user manager: the task is a transient service in background.slice, capped by its
+    /// `CPUQuota=` and frozen by `FreezeUnit` (SIGSTOP to the unit's processes where systemd cannot freeze).
+    case systemdUnit = "systemd transient unit: CPUQuota= and FreezeUnit"
 
     /// `BGTASK_CAP_MECHANISM`: `signals`, `cgroup-v1` or `cgroup-v2` to insist on one (tests, debugging).
     public static func preference(_ s: String?) -> CapMechanism? {
@@ -93,14 +97,41 @@ enum TaskCgroup {
 public struct SpawnError: Error, CustomStringConvertible {
     public var command: String
     public var errno: Int32
+    public init(command: String, errno: Int32) {
+        self.command = command
+        self.errno = errno
+    }
     public var description: String { "cannot run \(command): \(String(cString: strerror(errno)))" }
     /// 127 for a command not found, 126 for one that cannot be executed, as shells do.
     public var exitCode: Int32 { errno == ENOENT ? 127 : 126 }
 }
 
+/// A task's command that a service manager started and holds (bgtaskd's transient systemd units): it is not
+/// this process's child, so everything done to it goes through the manager.
+public protocol ManagedUnit: AnyObject {
+    /// The unit's name (`bgtask-….service`).
+    var unitName: String { get }
+    /// Its main process, once the manager has said (its process group: services start in a session of their own).
+    var mainPID: pid_t? { get }
+    /// A signal to every process of the unit.
+    func kill(_ sig: Int32)
+    /// `CPUQuota=` in percent of one CPU; nil lifts it.
+    func setCPUQuota(_ percent: Int?)
+    /// Freezes or thaws every process of the unit.
+    func freeze(_ on: Bool)
+    /// CPU seconds used by the unit's processes, if known.
+    func cpuSeconds() -> Double?
+    /// The run is over: the manager may forget the unit.
+    func release()
+}
+
 /// The running command: its process group and what has been done to it.
 public final class TaskProcess {
-    public let pid: pid_t
+    /// Its process group; for a unit, its main process once known, else 0 (never signalled: see `signal`).
+    public var pid: pid_t { unit.map { $0.mainPID ?? 0 } ?? spawnedPID }
+    let spawnedPID: pid_t
+    /// Set when a service manager runs it instead.
+    public let unit: ManagedUnit?
     public let mechanism: CapMechanism
     let cgroups: TaskCgroup?
     public private(set) var paused = false
@@ -154,8 +185,17 @@ public final class TaskProcess {
         return TaskProcess(pid: pid, cgroups: cg)
     }
 
+    /// A command the service manager runs as `unit`.
+    public init(unit: ManagedUnit) {
+        spawnedPID = 0
+        cgroups = nil
+        self.unit = unit
+        mechanism = .systemdUnit
+    }
+
     init(pid: pid_t, cgroups: TaskCgroup?) {
-        self.pid = pid
+        spawnedPID = pid
+        unit = nil
         self.cgroups = cgroups
         switch cgroups {
         case .v2?: mechanism = .cgroupV2
@@ -165,21 +205,23 @@ public final class TaskProcess {
     }
 
     /// What the crash-recovery record keeps of its cgroup ("-" for none).
-    public var cgroupRecord: String { cgroups?.record ?? "-" }
+    public var cgroupRecord: String { unit.map { "unit " + $0.unitName } ?? cgroups?.record ?? "-" }
 
-    /// Signals the whole process group (the command and what it started).
-    public func signal(_ sig: Int32) { kill(-pid, sig) }
+    /// Signals the whole process group (the command and what it started), or every process of its unit.
+    public func signal(_ sig: Int32) {
+        if let u = unit { u.kill(sig) } else if spawnedPID > 0 { kill(-spawnedPID, sig) }
+    }
 
     public func pause() {
         guard !paused else { return }
         paused = true
-        if let cg = cgroups { cg.freeze(true) } else { signal(SIGSTOP) }
+        if let u = unit { u.freeze(true) } else if let cg = cgroups { cg.freeze(true) } else { signal(SIGSTOP) }
     }
 
     public func resume() {
         guard paused else { return }
         paused = false
-        if let cg = cgroups { cg.freeze(false) } else if !dutyStopped { signal(SIGCONT) }
+        if let u = unit { u.freeze(false) } else if let cg = cgroups { cg.freeze(false) } else if !dutyStopped { signal(SIGCONT) }
     }
 
     /// Caps CPU at `percent` of one CPU. With signals, `dutyCycle(now:)` must be called at the times it returns.
@@ -188,11 +230,13 @@ public final class TaskProcess {
         onFraction = Double(percent) / 100
         feedback = nil
         cgroups?.quota(percent)
+        unit?.setCPUQuota(percent)
     }
 
     public func unthrottle() {
         cap = nil
         cgroups?.quota(nil)
+        unit?.setCPUQuota(nil)
         if dutyStopped {
             dutyStopped = false
             if !paused { signal(SIGCONT) }
@@ -224,18 +268,25 @@ public final class TaskProcess {
 
     /// Before a signal meant to end it: a stopped process cannot act on SIGTERM.
     public func thawForSignal() {
-        if let cg = cgroups { cg.freeze(false) } else if paused || dutyStopped { signal(SIGCONT) }
+        if let u = unit { if paused { u.freeze(false) } } else if let cg = cgroups { cg.freeze(false) } else if paused || dutyStopped { signal(SIGCONT) }
         paused = false
         dutyStopped = false
     }
 
+    /// CPU seconds of every process in a process group (from /proc).
+    public static func groupCPUSeconds(pgid: pid_t) -> Double? { ProcStat.groupCPUSeconds(pgid: pgid) }
+
     /// CPU seconds used by the group's processes (user + system, children reaped included).
     public func cpuSeconds() -> Double? {
+        if let u = unit { return u.cpuSeconds() }
         if let cg = cgroups, let ns = cg.usageNanoseconds() { return Double(ns) / 1e9 }
         return ProcStat.groupCPUSeconds(pgid: pid)
     }
 
-    public func cleanUp() { cgroups?.remove() }
+    public func cleanUp() {
+        cgroups?.remove()
+        unit?.release()
+    }
 }
 
 enum ProcStat {
@@ -343,12 +394,34 @@ public enum OutputFile {
     /// At most this much of a finished run's output is kept (its end).
     public static let maxBytes = 1 << 20
 
-    /// Before a run: the previous run's output becomes `PATH.1` (replacing an older one).
+    /// Before a run: the previous run's output becomes `PATH.1` (replacing an older one); so does the note
+    /// of a run that went to the journal.
     public static func rotate(_ path: String) {
         var st = stat()
+        if lstat(path + ".unit", &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { rename(path + ".unit", path + ".1.unit") }
+        else { unlink(path + ".1.unit") }
         guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return }
         if st.st_size > off_t(maxBytes) { keepTail(path, size: st.st_size) }
         rename(path, path + ".1")
+    }
+
+    /// This run's output goes to the journal, under its systemd unit: `PATH.unit` names the unit, for `bgtask output`.
+    public static func noteUnit(_ path: String, unit: String) {
+        let fd = open(path + ".unit", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let line = unit + "\n"
+        _ = Glibc.write(fd, line, line.utf8.count)
+    }
+
+    /// The unit a run's output went to, if it ran as one (`PATH.unit`; nil for a run whose output is in `PATH`).
+    public static func unit(of path: String) -> String? {
+        guard case .success(let bytes) = FileIO.readBytes(path + ".unit", limit: 512, noFollow: true) else { return nil }
+        let name = String(decoding: bytes.prefix { $0 != 0x0a }, as: UTF8.self)
+        // Only a name bgtaskd gives units: nothing else is handed to journalctl.
+        let allowed = name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d || $0 == 0x5f || $0 == 0x2e }
+        guard name.hasPrefix("bgtask-"), name.hasSuffix(".service"), name.utf8.count <= 255, allowed else { return nil }
+        return name
     }
 
     /// Keeps the last `maxBytes` of a file, in place.

@@ -18,6 +18,13 @@ public protocol AppTaskHooks: AnyObject {
     func kill(_ s: Supervisor) -> String
 }
 
+/// Starts a task's command other than as this process's child (bgtaskd: a transient systemd unit).
+public protocol TaskLauncher: AnyObject {
+    /// The started command, or nil when this way is not available now (the supervisor then spawns it itself).
+    /// Throws `SpawnError` for a command that cannot run at all (not found, not executable).
+    func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess?
+}
+
 /// One policy that many supervisors refer to (bgtaskd's thousands of waiting tasks): a reference, where a `Policy`
 /// stored in each supervisor is a 260-byte copy per task.
 public final class PolicyRef: Sendable {
@@ -60,6 +67,8 @@ public final class Supervisor {
     public var speaker = "bgtask"
     /// Set for a task that runs inside an app: no process is spawned for it.
     public var app: AppTaskHooks?
+    /// Set where commands run as units of a service manager (bgtaskd with a systemd user manager).
+    public weak var launcher: TaskLauncher?
     /// Why it waits, as last said (the rule and its file:line, or what held back a start the policy allowed).
     public private(set) var waitingReason = ""
     /// The rule behind `waitingReason` and its file:line (nil when something other than a rule holds it back).
@@ -97,8 +106,8 @@ public final class Supervisor {
     }
 
     public var isDone: Bool { spawnFailure != nil || machineDone }
-    /// The process group it runs, once started (for reaping).
-    public var pid: pid_t? { process?.pid }
+    /// The process group it runs, once started and known (for reaping; a unit's, once systemd has said).
+    public var pid: pid_t? { process.flatMap { $0.pid > 0 ? $0.pid : nil } }
     /// The process it runs, once started.
     public var taskProcess: TaskProcess? { process }
     public var id: String { options.task.id }
@@ -169,19 +178,51 @@ public final class Supervisor {
     /// cost one fast pass, not 10,000 decisions, when the battery drops a percent.
     public func conditionsChanged(_ c: [String: PolicyValue], now: Double, shared: Policy.Evaluator) {
         conditions = c
-        if machine.phase == .waiting, machine.startBlock == nil, let last = machine.lastDecision, last.nextChangeAt == nil,
-           last.verdict != .run, last.verdict != .throttle, machine.nextWake == nil, tickAt == nil,
-           shared.verdict(machine.task) == last.verdict {
-            return
-        }
+        if let last = waitsForACondition, shared.verdict(machine.task) == last.verdict { return }
         evaluate(now: now, evaluator: shared)
+    }
+
+    /// The last decision, if it keeps the task waiting and only a change of conditions can end that: no hold
+    /// running, no earliest date or time rule to wake for, no slot it waits for.
+    var waitsForACondition: Decision? {
+        guard machine.phase == .waiting, machine.startBlock == nil, let last = machine.lastDecision, last.nextChangeAt == nil,
+              last.verdict != .run, last.verdict != .throttle, machine.nextWake == nil, tickAt == nil else { return nil }
+        return last
+    }
+
+    /// What a waiting task keeps when its supervisor is let go (bgtaskd's resting tasks: 10,000 tasks waiting for
+    /// the charger need a row and a verdict each, not a supervisor each). A new supervisor takes it up again with
+    /// `resume(_:)` and decides as this one would have.
+    public struct Rest {
+        public let hold: HoldState
+        public let decision: Decision
+        public let reason: String
+        public let rule: (id: String, location: String)?
+        public var verdict: Verdict { decision.verdict }
+    }
+
+    /// Its state to rest on, when only a change of conditions can start it and nothing tells it from tasks
+    /// alike (no rule reads its id or age: the queue's fast verdict then decides for it); nil otherwise.
+    public var rest: Rest? {
+        guard !rulesReadIdentity, conditions != nil, !isDone, process == nil, app == nil, let last = waitsForACondition else { return nil }
+        return Rest(hold: machine.hold, decision: last, reason: waitingReason, rule: waitingRule)
+    }
+
+    /// Takes up a rest: the holds and decision go back into the machine, and what was said is not said again.
+    public func resume(_ r: Rest) {
+        machine.resumeWaiting(hold: r.hold, lastDecision: r.decision)
+        waitingReason = r.reason
+        waitingRule = r.rule
+        lastSaid = r.reason
     }
 
     /// A key under which tasks whose thermal dependence must be the same share one answer (the phase, the kind
     /// and the flags), or nil when a rule reads what tells tasks apart (their id, their age).
     public var thermalKey: Int? {
-        guard !rulesReadIdentity else { return nil }
-        let t = machine.task
+        rulesReadIdentity ? nil : Supervisor.thermalKey(machine.task, phaseCode: phaseCode)
+    }
+
+    public static func thermalKey(_ t: TaskFields, phaseCode: Int) -> Int {
         let kind = ["processing": 0, "refresh": 1, "continued": 2][t.kind] ?? 3
         let flags = [t.requiresExternalPower, t.requiresNetwork, t.requiresUnmetered, t.cpuHeavy, t.userInitiated]
             .enumerated().reduce(0) { $0 | ($1.element ? 1 << $1.offset : 0) }
@@ -301,16 +342,20 @@ public final class Supervisor {
             case .start:
                 if let out = options.outputPath { OutputFile.rotate(out) }
                 do {
-                    let p = try TaskProcess.spawn(options.argv, background: !machine.task.userInitiated,
-                                                  cgroupName: "\(StatePaths.safeName(options.task.id))-\(getpid())", prefer: options.mechanism,
-                                                  output: options.outputPath, directory: options.workingDirectory,
-                                                  environment: options.environment)
+                    let background = !machine.task.userInitiated
+                    let p = try launcher?.launch(self, argv: options.argv, background: background, directory: options.workingDirectory,
+                                                 environment: options.environment)
+                        ?? TaskProcess.spawn(options.argv, background: background,
+                                             cgroupName: "\(StatePaths.safeName(options.task.id))-\(getpid())", prefer: options.mechanism,
+                                             output: options.outputPath, directory: options.workingDirectory,
+                                             environment: options.environment)
                     process = p
                     state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
                                    grace: machine.limits.expireGrace)
                     let waited = now - enqueuedAt
-                    record(.started, "pid \(p.pid), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
-                    say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (pid \(p.pid))")
+                    let what = p.unit.map { "systemd unit \($0.unitName)" } ?? "pid \(p.pid)"
+                    record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
+                    say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (\(what))")
                 } catch let e as SpawnError {
                     record(.failed, e.description, status: e.exitCode)
                     say(e.description)

@@ -85,6 +85,17 @@ static inline GDBusConnection *cgio_connect(const char *address, GError **error)
         G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION, NULL, NULL, error);
 }
 
+/* A peer-to-peer connection to a server's socket (no message bus, no Hello). The path is escaped for the address. */
+static inline GDBusConnection *cgio_connect_peer(const char *socket_path, GError **error) {
+    gchar *escaped = g_dbus_address_escape_value(socket_path);
+    gchar *address = g_strconcat("unix:path=", escaped, NULL);
+    GDBusConnection *c = g_dbus_connection_new_for_address_sync(address,
+        G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT, NULL, NULL, error);
+    g_free(address);
+    g_free(escaped);
+    return c;
+}
+
 /* A private connection to the session bus (not the shared singleton g_bus_get returns). */
 static inline GDBusConnection *cgio_connect_private_session(GError **error) {
     gchar *address = g_dbus_address_get_for_bus_sync(G_BUS_TYPE_SESSION, NULL, error);

@@ -46,6 +46,8 @@ enum DaemonClient {
         case .strings(let a): return .array(a.map { .string($0) })
         case .dict(let d): return .object(d.keys.sorted().map { ($0, json(d[$0]!)) })
         case .dicts(let ds): return .array(ds.map { json(.dict($0)) })
+        case .tuple(let members), .array(_, let members): return .array(members.map(json))
+        case .variant(let inner): return json(inner)
         }
     }
 }

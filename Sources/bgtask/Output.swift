@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskConfig
+import BgtaskRun
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -7,7 +8,8 @@ import BgtaskConfig
 extension Bgtask {
     struct Output: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "output",
-            abstract: "Print the stdout and stderr of a daemon task's last run (at most its last 1 MiB).")
+            abstract: "Print the stdout and stderr of a daemon task's last run (at most its last 1 MiB).",
+            discussion: "A run that bgtaskd started as a systemd unit wrote to the journal: its output is read with journalctl --user -u UNIT.")
 
         @Flag(name: .long, help: "The run before the last.")
         var previous = false
@@ -22,6 +24,7 @@ extension Bgtask {
                 throw ExitCode(ExitStatus.failure)
             }
             let path = StatePaths.outputFile(stateDirectory: dir, id: id) + (previous ? ".1" : "")
+            if let unit = OutputFile.unit(of: path) { journal(unit) }
             let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else {
                 fputs(Terminal.safe("bgtask: no output kept for \(id) (\(path): \(String(cString: strerror(errno))))") + "\n", stderr)
@@ -40,6 +43,17 @@ extension Bgtask {
                 _ = buf.withUnsafeBytes { fwrite($0.baseAddress, 1, n, stdout) }
             }
             fflush(stdout)
+        }
+
+        /// The run was a transient unit: its output is the journal's, read by journalctl (which replaces this process).
+        func journal(_ unit: String) -> Never {
+            fputs(Terminal.safe("bgtask: \(id) ran as the systemd unit \(unit); its output is in the journal (journalctl --user -u \(unit))") + "\n", stderr)
+            fflush(stderr)
+            let argv = ["journalctl", "--user", "-u", unit, "-o", "cat", "--no-pager"]
+            let c = argv.map { strdup($0) } + [nil]
+            execvp("journalctl", c)
+            fputs(Terminal.safe("bgtask: cannot run journalctl: \(String(cString: strerror(errno)))") + "\n", stderr)
+            Glibc.exit(ExitStatus.failure)
         }
     }
 }

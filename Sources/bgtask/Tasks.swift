@@ -49,6 +49,7 @@ extension Bgtask {
                 var line = "\(t["id"]?.string ?? "?"): \(t["state"]?.string ?? "")"
                 if let title = t["title"]?.string { line += " — \(title)" + (t["subtitle"]?.string.map { " (\($0))" } ?? "") }
                 if let p = t["pid"]?.number { line += ", pid \(Int(p))" }
+                if let u = t["unit"]?.string { line += ", unit \(u)" }
                 if let c = t["cpu_share"]?.number { line += ", \(Int(c.rounded()))% of a CPU" }
                 if let r = t["runtime"]?.number { line += ", running \(formatDuration(r.rounded()))" }
                 if let b = t["budget_left"]?.number { line += ", \(formatDuration(b.rounded())) of budget left" }

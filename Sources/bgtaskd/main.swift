@@ -18,7 +18,9 @@ struct Bgtaskd: ParsableCommand {
         to stderr (the journal under systemd); every decision also goes to the audit trail `bgtask why` reads. \
         SIGHUP reloads the policy; SIGTERM ends running tasks and keeps them queued. Exit status: 0 after SIGTERM; \
         69 when there is no session bus; 73 when the state directory cannot be written; 75 when another bgtaskd \
-        runs; 78 when the policy does not load.
+        runs; 78 when the policy does not load. Where a systemd user manager runs, each command task is a transient \
+        unit in background.slice (its output in the journal); --no-systemd-units or BGTASK_SYSTEMD_UNITS=0 runs \
+        them as bgtaskd's own children instead.
         """,
         version: bgtaskVersion)
 
@@ -31,6 +33,9 @@ struct Bgtaskd: ParsableCommand {
     @Flag(name: .long, help: "Do not ask UPower, NetworkManager or power-profiles-daemon on the system bus.")
     var noDbus = false
 
+    @Flag(name: .long, help: "Run tasks as bgtaskd's children even where a systemd user manager runs (no transient units).")
+    var noSystemdUnits = false
+
     @Flag(name: .shortAndLong, help: "No messages on stderr (decisions still go to the audit trail).")
     var quiet = false
 
@@ -40,6 +45,7 @@ struct Bgtaskd: ParsableCommand {
         options.policyFiles = policy
         options.quiet = quiet
         options.watchSleep = !noDbus
+        options.systemdUnits = !noSystemdUnits
         do {
             let daemon = try Daemon(options: options)
             throw ExitCode(try daemon.run())

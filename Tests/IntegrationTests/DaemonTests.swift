@@ -505,3 +505,31 @@ extension UmockdevIntegrationTests {
         #expect(try d.pending().compactMap { $0["id"] as? String }.sorted() == ["a", "c"])
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("a task resting on a thermal verdict keeps the zones read: it starts once the zone cools, though no supervisor of it is awake")
+    func restingTaskStillWatchesTheTemperature() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-cool.toml", """
+        [[rule]]
+        id = "test.too-warm"
+        when = 'thermal.state >= "serious"'
+        verdict = "defer"
+        reason = "too warm"
+        """)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging", zoneMilliC: 90_000)
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "cool", "--", "true"]).0 == 0)
+        let waiting = try #require(d.said("cool: waiting"), "\(d.daemon?.stderr ?? "")")
+        #expect(waiting.contains("test.too-warm"), "\(waiting)")
+        let entry = try #require(try d.pending().first { $0["id"] as? String == "cool" })
+        #expect(entry["rule"] as? String == "test.too-warm")
+        // Zones are polled, not announced: no uevent here. The daemon reads them because a resting task's verdict
+        // depends on them.
+        tb.set(laptop.zone, "temp", "40000")
+        let started = d.said("cool: started", within: 40)
+        #expect(started != nil, "still waiting after the zone cooled: \(d.daemon?.stderr ?? "")")
+    }
+}

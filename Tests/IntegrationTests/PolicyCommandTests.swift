@@ -33,7 +33,9 @@ final class PolicyEnv {
                                     "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
                                     "XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
                                     "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
-                                    "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path]
+                                    "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
+                                    // Never this machine's own systemd user manager (a test that wants one starts its own).
+                                    "BGTASK_SYSTEMD_UNITS": "0"]
         if !preload {
             o["LD_PRELOAD"] = .some(nil); o["UMOCKDEV_DIR"] = .some(nil)
             o["BGTASK_SYSFS_ROOT"] = machine.root.path

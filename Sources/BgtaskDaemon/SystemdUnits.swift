@@ -1,0 +1,340 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskBus
+import BgtaskConfig
+import BgtaskRun
+
+/// The user's systemd manager, where one runs: bgtaskd starts each command task as a transient service in
+/// `background.slice` (`StartTransientUnit`), so the cap (`CPUQuota=`), the freezer and the output (the
+/// journal) come with systemd's own delegation. Reached as `systemctl --user` reaches it: its private socket
+/// `$XDG_RUNTIME_DIR/systemd/private` first, else `org.freedesktop.systemd1` on the session bus. Without
+/// either, commands are spawned by the supervisor as `bgtask run` spawns them.
+final class SystemdUnits {
+    static let name = "org.freedesktop.systemd1"
+    static let path = "/org/freedesktop/systemd1"
+    static let manager = "org.freedesktop.systemd1.Manager"
+    static let unitInterface = "org.freedesktop.systemd1.Unit"
+    static let serviceInterface = "org.freedesktop.systemd1.Service"
+
+    let connection: BusConnection
+    /// nil on the private socket (a peer connection has no names).
+    let destination: String?
+    /// What was reached, for the log.
+    let how: String
+    /// Units started and not yet over, by object path.
+    var running: [String: RunningUnit] = [:]
+    var counter = 0
+
+    init(connection: BusConnection, destination: String?, how: String) {
+        self.connection = connection
+        self.destination = destination
+        self.how = how
+        // The unit's state changes (ActiveState, then ExecMainCode/Status) and failed start jobs.
+        connection.subscribe(sender: destination, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged") { [weak self] path, _, args in
+            guard let u = self?.running[path], args.count >= 2, let iface = args[0].string, case .dict(let changed) = args[1] else { return }
+            u.changed(interface: iface, changed)
+        }
+        connection.subscribe(sender: destination, interface: SystemdUnits.manager, member: "JobRemoved") { [weak self] _, _, args in
+            guard args.count >= 4, let unit = args[2].string, let result = args[3].string else { return }
+            self?.running.values.first { $0.unitName == unit }?.jobRemoved(result: result)
+        }
+        // On the session bus the manager sends unit signals only to subscribers.
+        _ = try? call("Subscribe", [])
+    }
+
+    /// The manager, if one is there for this user (nil otherwise, or when `BGTASK_SYSTEMD_UNITS=0`).
+    static func connect(session: BusConnection) -> SystemdUnits? {
+        if Environment.get("BGTASK_SYSTEMD_UNITS") == "0" { return nil }
+        if let rt = Environment.get("XDG_RUNTIME_DIR"), rt.hasPrefix("/") {
+            let socket = rt + "/systemd/private"
+            var st = stat()
+            // The user's own manager only: a socket this user owns, not followed if a link.
+            if lstat(socket, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, st.st_uid == geteuid(),
+               let c = try? BusConnection(peerSocket: socket) {
+                let u = SystemdUnits(connection: c, destination: nil, how: socket)
+                if u.version() != nil { return u }
+            }
+        }
+        if session.hasOwner(name) {
+            let u = SystemdUnits(connection: session, destination: name, how: "\(name) on the session bus")
+            if u.version() != nil { return u }
+        }
+        return nil
+    }
+
+    @discardableResult
+    func call(_ method: String, _ args: [BusValue], path: String = SystemdUnits.path, interface: String = SystemdUnits.manager,
+              timeoutMs: Int32 = 5_000) throws(BusError) -> [BusValue] {
+        try connection.call(method, args, destination: destination, path: path, interface: interface, timeoutMs: timeoutMs)
+    }
+
+    func version() -> String? {
+        (try? call("Get", [.string(SystemdUnits.manager), .string("Version")], interface: "org.freedesktop.DBus.Properties"))?.first?.string
+    }
+
+    /// The object path of a unit: systemd's bus-label escaping (every byte but [A-Za-z0-9] as `_xx`).
+    static func objectPath(unit: String) -> String {
+        var label = ""
+        for b in unit.utf8 {
+            let c = Character(Unicode.Scalar(b))
+            if (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) { label.append(c) }
+            else { label += "_" + (b < 16 ? "0" : "") + String(b, radix: 16) }
+        }
+        return path + "/unit/" + label
+    }
+
+    /// The file `ExecStart=` runs: systemd wants an absolute path, so a bare name is looked up in the task's
+    /// `PATH` (else bgtaskd's), as the shell and `execvp` would. Nil when there is none to run.
+    static func executable(_ command: String, directory: String?, environment: [String]) -> (path: String?, errno: Int32) {
+        func runnable(_ p: String) -> Int32 {
+            var st = stat()
+            guard stat(p, &st) == 0 else { return ENOENT }
+            guard (st.st_mode & S_IFMT) == S_IFREG, access(p, X_OK) == 0 else { return EACCES }
+            return 0
+        }
+        if command.contains("/") {
+            let dir = directory ?? currentDirectory()
+            let p = command.hasPrefix("/") ? command : dir + "/" + command
+            let e = runnable(p)
+            return (e == 0 ? p : nil, e)
+        }
+        let path = environment.last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? Environment.get("PATH") ?? "/usr/bin:/bin"
+        var found: Int32 = ENOENT
+        for d in path.split(separator: ":", omittingEmptySubsequences: false) {
+            let p = (d.isEmpty ? "." : String(d)) + "/" + command
+            let e = runnable(p)
+            if e == 0 { return (p, 0) }
+            if e == EACCES { found = EACCES }
+        }
+        return (nil, found)
+    }
+
+    static func currentDirectory() -> String {
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buf, buf.count) != nil else { return "/" }
+        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// What systemd sets for each unit itself: bgtaskd's own values (it may run as a unit) must not override them.
+    static let managerSet: Set<String> = ["INVOCATION_ID", "JOURNAL_STREAM", "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
+                                          "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC", "MANAGERPID", "SYSTEMD_EXEC_PID",
+                                          "MAINPID", "MONITOR_SERVICE_RESULT", "TRIGGER_UNIT"]
+
+    /// The environment a unit gets: bgtaskd's own (as a spawned command inherits it), then the task's.
+    static func environment(adding extra: [String]) -> [String] {
+        let overridden = Set(extra.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) }).union(managerSet)
+        var out: [String] = []
+        var e = environ
+        while let p = e.pointee {
+            let entry = String(cString: p)
+            if let n = entry.split(separator: "=", maxSplits: 1).first.map(String.init), !overridden.contains(n) { out.append(entry) }
+            e += 1
+        }
+        return out + extra
+    }
+
+    /// Starts `argv` as `bgtask-<id>-<n>.service` in `background.slice`. Throws `SpawnError` for a command that
+    /// cannot run; returns nil if the manager refused (the caller spawns it itself).
+    func start(id: String, argv: [String], background: Bool, directory: String?, environment extra: [String],
+               onMainPID: @escaping (pid_t) -> Void, onExit: @escaping (Int32) -> Void) throws -> RunningUnit? {
+        let env = SystemdUnits.environment(adding: extra)
+        let (exe, err) = SystemdUnits.executable(argv[0], directory: directory, environment: env)
+        guard let exe else { throw SpawnError(command: argv[0], errno: err) }
+        counter += 1
+        let unit = "bgtask-\(StatePaths.safeName(id))-\(getpid())-\(counter).service"
+        var props: [(String, BusValue)] = [
+            ("Description", .string("bgtask: \(id)")),
+            ("Slice", .string("background.slice")),
+            // ExecStartEx with no-env-expand: the words are run as given, as by execvp; with ExecStart, systemd
+            // would expand `$VAR` and `$$` in them (`sh -c 'echo $$'` would print `$`).
+            ("ExecStartEx", .array(element: "(sasas)", [.tuple([.string(exe), .strings(argv), .strings(["no-env-expand"])])])),
+            ("Environment", .strings(env)),
+            ("WorkingDirectory", .string(directory ?? SystemdUnits.currentDirectory())),
+            ("CPUAccounting", .bool(true)),
+        ]
+        if background {
+            // As `bgtask run` spawns background work: nice 10, SCHED_IDLE, the idle I/O class.
+            props += [("Nice", .int32(10)), ("CPUSchedulingPolicy", .int32(5)), ("IOSchedulingClass", .int32(3))]
+        }
+        let u = RunningUnit(manager: self, name: unit, onMainPID: onMainPID, onExit: onExit)
+        // Known before the call: signals about it can come before the reply is read.
+        running[u.path] = u
+        do {
+            let r = try call("StartTransientUnit", [.string(unit), .string("fail"),
+                                                    .array(element: "(sv)", props.map { .tuple([.string($0.0), .variant($0.1)]) }),
+                                                    .array(element: "(sa(sv))", [])])
+            u.job = r.first?.string
+        } catch {
+            running[u.path] = nil
+            lastRefusal = error.message
+            return nil
+        }
+        return u
+    }
+
+    /// Why the manager last refused to start a unit (said once per refusal by the daemon).
+    var lastRefusal: String?
+
+    /// A daemon that died left this unit (its row says `unit NAME`): thawed, so nothing stays frozen, and its
+    /// failed state cleared. Ending its processes is the caller's (by process group, as for any command).
+    func thawLeftover(_ unit: String) {
+        _ = try? call("ThawUnit", [.string(unit)])
+    }
+
+    /// The same when the main process was never known: the unit is stopped as a whole.
+    func stopLeftover(_ unit: String) {
+        _ = try? call("ThawUnit", [.string(unit)])
+        _ = try? call("StopUnit", [.string(unit), .string("replace")])
+        _ = try? call("ResetFailedUnit", [.string(unit)])
+    }
+}
+
+/// One task's transient service, from its start to its end.
+final class RunningUnit: ManagedUnit {
+    unowned let manager: SystemdUnits
+    let unitName: String
+    let path: String
+    var job: String?
+    private(set) var mainPID: pid_t?
+    var execCode: Int32 = 0
+    var execStatus: Int32 = 0
+    var seenActive = false
+    private(set) var ended = false
+    /// Set once systemd says it cannot freeze this unit (cgroup v1 or hybrid): SIGSTOP/SIGCONT instead.
+    var cannotFreeze = false
+    let onMainPID: (pid_t) -> Void
+    let onExit: (Int32) -> Void
+
+    init(manager: SystemdUnits, name: String, onMainPID: @escaping (pid_t) -> Void, onExit: @escaping (Int32) -> Void) {
+        self.manager = manager
+        unitName = name
+        path = SystemdUnits.objectPath(unit: name)
+        self.onMainPID = onMainPID
+        self.onExit = onExit
+    }
+
+    /// A `PropertiesChanged` of the unit. systemd sends the service's (MainPID, ExecMainCode, ExecMainStatus)
+    /// before the unit's ActiveState, so the exit status is known when the state says it is over. A unit loaded
+    /// anew says "inactive" before it starts, and states in one turn of systemd's loop are merged into the last:
+    /// an end counts once the unit was seen started, or once its start job is over (systemd sends a unit's
+    /// pending state before the job's removal, so the state seen then is current).
+    func changed(interface: String, _ values: [String: BusValue]) {
+        guard !ended else { return }
+        if interface == SystemdUnits.serviceInterface {
+            if let p = values["MainPID"]?.number, p > 0, mainPID == nil {
+                mainPID = pid_t(p)
+                onMainPID(pid_t(p))
+            }
+            if let c = values["ExecMainCode"]?.number { execCode = Int32(c) }
+            if let s = values["ExecMainStatus"]?.number { execStatus = Int32(s) }
+        } else if interface == SystemdUnits.unitInterface, let state = values["ActiveState"]?.string {
+            lastState = state
+            if ["activating", "active", "reloading", "deactivating"].contains(state) { seenActive = true }
+            if isOver, seenActive || jobDone { end() }
+        }
+    }
+
+    var lastState = ""
+    var jobDone = false
+    var isOver: Bool { lastState == "inactive" || lastState == "failed" }
+
+    /// The start job is over: done (started), or not (a dependency failed, the manager is stopping).
+    func jobRemoved(result: String) {
+        guard !ended, !jobDone else { return }
+        jobDone = true
+        if result != "done", !seenActive, execCode == 0 {
+            execCode = 1
+            execStatus = 1
+            end()
+        } else if isOver {
+            end()
+        }
+    }
+
+    /// A wait status as `waitpid` gives one: CLD_EXITED (1) → the code, CLD_KILLED (2) / CLD_DUMPED (3) → the signal.
+    static func waitStatus(code: Int32, status: Int32) -> Int32 {
+        switch code {
+        case 2: return status & 0x7f
+        case 3: return (status & 0x7f) | 0x80
+        default: return (status & 0xff) << 8
+        }
+    }
+
+    func end() {
+        ended = true
+        manager.running[path] = nil
+        onExit(RunningUnit.waitStatus(code: execCode, status: execStatus))
+    }
+
+    func kill(_ sig: Int32) {
+        guard !ended else { return }
+        _ = try? manager.call("KillUnit", [.string(unitName), .string("all"), .int32(sig)])
+    }
+
+    func setCPUQuota(_ percent: Int?) {
+        guard !ended else { return }
+        // µs of CPU time per second; UINT64_MAX is "no quota".
+        let perSecond: UInt64 = percent.map { UInt64(max(1, $0)) * 10_000 } ?? UInt64.max
+        _ = try? manager.call("SetUnitProperties", [.string(unitName), .bool(true),
+                                                   .array(element: "(sv)", [.tuple([.string("CPUQuotaPerSecUSec"), .variant(.uint64(perSecond))])])])
+    }
+
+    func freeze(_ on: Bool) {
+        guard !ended else { return }
+        if !cannotFreeze {
+            do {
+                try manager.call(on ? "FreezeUnit" : "ThawUnit", [.string(unitName)])
+                return
+            } catch {
+                // NotSupported: no cgroup v2 freezer here; anything else: signals will do as well.
+                cannotFreeze = true
+            }
+        }
+        kill(on ? SIGSTOP : SIGCONT)
+    }
+
+    func cpuSeconds() -> Double? {
+        if !ended, let v = try? manager.call("Get", [.string(SystemdUnits.serviceInterface), .string("CPUUsageNSec")], path: path,
+                                               interface: "org.freedesktop.DBus.Properties", timeoutMs: 1_000).first?.number,
+           v < Double(UInt64.max) {
+            return v / 1e9
+        }
+        // No CPU accounting for the unit (cgroup v1 user managers): its process group, as for a spawned command.
+        guard let p = mainPID else { return nil }
+        return TaskProcess.groupCPUSeconds(pgid: p)
+    }
+
+    func release() {
+        manager.running[path] = nil
+        // A failed unit stays loaded until its failure is reset; an inactive one is collected on its own.
+        _ = try? manager.call("ResetFailedUnit", [.string(unitName)])
+    }
+}
+
+extension Daemon: TaskLauncher {
+    /// A command task's start, where a systemd user manager is there: its transient unit. The unit's main process
+    /// goes into the queue's row once systemd says it (crash recovery ends it by process group, as any command);
+    /// its end is the supervisor's child exit.
+    public func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess? {
+        guard let m = systemd, !argv.isEmpty else { return nil }
+        let id = s.id
+        let unit = try m.start(id: id, argv: argv, background: background, directory: directory, environment: environment,
+            onMainPID: { [unowned self, unowned s] pid in
+                guard let e = self.running[id], e.supervisor === s else { return }
+                e.row.pgid = pid
+                e.row.childStart = Recovery.startTime(of: pid).map { Int64($0) }
+                do { try self.store.markRunning(e.row) } catch { self.say("\(id): cannot record its start in the queue: \(error)") }
+            },
+            onExit: { [unowned self, unowned s] status in
+                s.childExited(waitStatus: status)
+                self.afterRound(conditionsChanged: false)
+            })
+        guard let unit else {
+            say("\(id): systemd did not start its unit (\(m.lastRefusal ?? "no reason given")); it runs as bgtaskd's child")
+            return nil
+        }
+        if let out = s.runOptions.outputPath { OutputFile.noteUnit(out, unit: unit.unitName) }
+        return TaskProcess(unit: unit)
+    }
+}

@@ -1,0 +1,49 @@
+@testable import BgtaskDaemon
+import Foundation
+import Testing
+
+@Suite("talking to systemd about transient units (the pure parts)")
+struct SystemdUnitsTests {
+    @Test("a unit's object path is systemd's bus-label escaping: every byte but a letter or digit as _xx")
+    func objectPathEscaping() {
+        #expect(SystemdUnits.objectPath(unit: "bgtask-a.b_c-1.service")
+                == "/org/freedesktop/systemd1/unit/bgtask_2da_2eb_5fc_2d1_2eservice")
+        #expect(SystemdUnits.objectPath(unit: "x") == "/org/freedesktop/systemd1/unit/x")
+    }
+
+    @Test("ExecMainCode and ExecMainStatus become the wait status waitpid would have given")
+    func waitStatusFromSystemd() {
+        // CLD_EXITED with 3 → exit 3; CLD_KILLED with 15 → killed by SIGTERM; CLD_DUMPED with 11 → SIGSEGV and a core.
+        #expect(RunningUnit.waitStatus(code: 1, status: 3) == 3 << 8)
+        #expect(RunningUnit.waitStatus(code: 2, status: 15) == 15)
+        #expect(RunningUnit.waitStatus(code: 3, status: 11) == 11 | 0x80)
+        #expect(RunningUnit.waitStatus(code: 0, status: 0) == 0)
+    }
+
+    @Test("a bare command is looked up in the task's PATH; a missing one is ENOENT, a file that cannot run EACCES")
+    func executableLookup() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-exe-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let tool = dir.appendingPathComponent("tool"), data = dir.appendingPathComponent("data")
+        try "#!/bin/sh\n".write(to: tool, atomically: true, encoding: .utf8)
+        try "x".write(to: data, atomically: true, encoding: .utf8)
+        chmod(tool.path, 0o755)
+        chmod(data.path, 0o644)
+        let env = ["PATH=/nonexistent:\(dir.path)"]
+        #expect(SystemdUnits.executable("tool", directory: nil, environment: env).path == tool.path)
+        #expect(SystemdUnits.executable("no-such-tool", directory: nil, environment: env).errno == ENOENT)
+        #expect(SystemdUnits.executable("data", directory: nil, environment: env).errno == EACCES)
+        // A relative path with a slash is the task's working directory's, not looked up in PATH.
+        #expect(SystemdUnits.executable("./tool", directory: dir.path, environment: []).path == dir.path + "/./tool")
+    }
+
+    @Test("what systemd sets for each unit is not overridden by bgtaskd's own values (bgtaskd may run as a unit itself)")
+    func managerSetVariablesAreNotPassed() {
+        setenv("JOURNAL_STREAM", "8:1234", 1)
+        defer { unsetenv("JOURNAL_STREAM") }
+        let env = SystemdUnits.environment(adding: ["BGTASK_TASK_ID=t"])
+        #expect(!env.contains { $0.hasPrefix("JOURNAL_STREAM=") })
+        #expect(env.contains("BGTASK_TASK_ID=t"))
+    }
+}

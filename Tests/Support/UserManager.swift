@@ -1,0 +1,70 @@
+import Foundation
+
+/// A real systemd user manager (`systemd --user`) of the test's own, with its runtime directory (its private
+/// socket `systemd/private` there) in a temporary directory: bgtaskd finds it through `XDG_RUNTIME_DIR`.
+/// systemd refuses to run as a user instance unless the machine booted with systemd (it checks
+/// `/run/systemd/system/`), so it runs in a mount namespace of its own where a tmpfs on `/run/systemd` has that
+/// directory; nothing outside the namespace changes. Needs root (as CI is) for the namespace.
+public final class UserManager {
+    public let runtimeDirectory: URL
+    let launcher: Child
+
+    // Readiness is systemd's own READY=1 on a notify socket (an event, not a sleep); the launcher then waits for
+    // SIGTERM (blocked, so one that comes early is not lost) and stops the manager, which stops its units.
+    static let script = """
+    import ctypes, os, signal, socket, subprocess, sys
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    rt = sys.argv[1]
+    path = os.path.join(rt, "ready.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(30)
+    def child():
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG: never outlives the test
+    env = dict(os.environ, XDG_RUNTIME_DIR=rt, NOTIFY_SOCKET=path)
+    for k in ("LD_PRELOAD", "UMOCKDEV_DIR", "DBUS_SESSION_BUS_ADDRESS"):
+        env.pop(k, None)
+    p = subprocess.Popen(["unshare", "-m", "sh", "-c",
+        "mount --make-rprivate / && mkdir -p /run/systemd && mount -t tmpfs tmpfs /run/systemd && "
+        "mkdir /run/systemd/system && exec /lib/systemd/systemd --user"],
+        env=env, stdin=subprocess.DEVNULL, preexec_fn=child)
+    try:
+        while "READY=1" not in s.recv(4096).decode(errors="replace").split("\\n"):
+            pass
+    except socket.timeout:
+        print("not ready", flush=True)
+        p.kill()
+        sys.exit(1)
+    print("ready", p.pid, flush=True)
+    signal.sigwait({signal.SIGTERM})
+    p.terminate()
+    try:
+        p.wait(15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    """
+
+    public init() throws {
+        runtimeDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-user-manager-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: runtimeDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        launcher = try Child("/usr/bin/python3", ["-c", UserManager.script, runtimeDirectory.path],
+                             environment: Child.environment(["LD_PRELOAD": nil]))
+        guard let line = launcher.line(within: 40), line.hasPrefix("ready") else {
+            launcher.stop()
+            throw TestbedError(message: "systemd --user did not come up: \(launcher.stdout) \(launcher.stderr)")
+        }
+    }
+
+    deinit {
+        launcher.stop(grace: 20)
+        try? FileManager.default.removeItem(at: runtimeDirectory)
+    }
+
+    /// `systemctl --user ARGS` against this manager (bounded).
+    public func systemctl(_ args: [String]) throws -> (Int32, String, String) {
+        try Child.run("/bin/systemctl", ["--user"] + args,
+                      environment: Child.environment(["XDG_RUNTIME_DIR": runtimeDirectory.path, "LD_PRELOAD": nil,
+                                                      "DBUS_SESSION_BUS_ADDRESS": nil]), deadline: 20)
+    }
+}
