@@ -410,8 +410,7 @@ public final class Daemon {
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
     var quiet = Memory.QuietSpell()
-    func releaseIfQuiet(now: Double) {
-        guard quiet.observe(quiet: running.isEmpty, now: now) else { return }
+    func release() {
         store.releaseMemory()
         audit.releaseMemory()
         Memory.releaseFreedHeap()
@@ -450,9 +449,12 @@ public final class Daemon {
         let restingChanged = resting != lastResting
         lastResting = resting
         events.afterEvents(sups, conditionsChanged: conditionsChanged || restingChanged) { [unowned self] in self.restingDependOnThermal() }
-        releaseIfQuiet(now: now)
+        let releasing = quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), quiet.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
+        // Last, so that little code runs between giving pages back and the loop's sleep: every page touched after
+        // it is faulted in again with its neighbours (the kernel maps 64 KB around a fault).
+        if releasing { release() }
     }
 
     /// Counts the stretch since the last count against every app that had a task running, if on battery then.
