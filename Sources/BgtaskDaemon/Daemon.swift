@@ -193,8 +193,9 @@ public final class Daemon {
         do {
             object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
                 let r = self.handle(call)
-                // The reply goes first; what the call changed is acted on and written right after it.
-                self.loop.after(0) { [unowned self] in self.afterRound(conditionsChanged: false) }
+                // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
+                // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
+                self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
                 return r
             }
             guard try object!.ownName(SchedulerBus.name) else {
@@ -404,6 +405,9 @@ public final class Daemon {
         }
     }
 
+    /// What a call does once its reply has gone (messages and signals the caller does not wait for).
+    var afterReply: [() -> Void] = []
+
     /// How many tasks rested at the last round.
     var lastResting = 0
 
@@ -419,6 +423,11 @@ public final class Daemon {
 
     /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
     func afterRound(conditionsChanged: Bool) {
+        if !afterReply.isEmpty {
+            let due = afterReply
+            afterReply = []
+            for f in due { f() }
+        }
         let now = monotonic()
         events.timersDue(supervisors, now: now)
         accountBattery()

@@ -138,8 +138,11 @@ extension Daemon {
         }
         let replaced = pending.removeValue(forKey: id) != nil
         add(row)
-        say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
-        bus.emit("TaskChanged", [.string(id), .string("pending")])
+        // Said and signalled once the reply is on its way: neither is what the caller waits for.
+        afterReply.append { [unowned self] in
+            self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
+            self.bus.emit("TaskChanged", [.string(id), .string("pending")])
+        }
         return .success(id)
     }
 
