@@ -39,6 +39,8 @@ final class Entry {
     var row: QueuedTask
     private(set) var awake: Supervisor?
     private(set) var rest: Supervisor.Rest?
+    /// While it rests: what tells its kind of task for the thermal question (`Supervisor.thermalKey`).
+    private(set) var restKey = 0
     init(row: QueuedTask, supervisor: Supervisor) {
         self.row = row
         awake = supervisor
@@ -50,11 +52,14 @@ final class Entry {
 
     /// Lets the supervisor go if it may rest (see `Supervisor.rest`); the run id goes into the row, as a new
     /// supervisor must carry on the same story.
-    func sleepIfIdle() {
-        guard let s = awake, let r = s.rest else { return }
+    @discardableResult
+    func sleepIfIdle() -> Bool {
+        guard let s = awake, let r = s.rest else { return false }
         row.runID = s.runOptions.runID
         rest = r
+        restKey = Supervisor.thermalKey(row.fields, phaseCode: TaskPhase.waiting.code)
         awake = nil
+        return true
     }
 
     func wake(_ s: Supervisor) {
@@ -260,7 +265,7 @@ public final class Daemon {
         pending[row.id] = e
         if let c = conditions, let shared = evaluator ?? self.evaluator() {
             e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
-            e.sleepIfIdle()
+            rest(e)
         }
         return e
     }
@@ -341,7 +346,7 @@ public final class Daemon {
             // A resting task whose fast verdict has not changed stays at rest; otherwise it is decided in full.
             if let r = e.rest, shared.verdict(e.row.fields) == r.verdict { continue }
             wake(e).conditionsChanged(c, now: now, shared: shared)
-            if e.row.state != "running" { e.sleepIfIdle() }
+            if e.row.state != "running" { rest(e) }
         }
     }
 
@@ -350,11 +355,9 @@ public final class Daemon {
     func restingDependOnThermal() -> Bool {
         guard let c = conditions else { return false }
         let time = localTime()
-        var memo: Set<Int> = []
-        for e in pending.values where e.isResting {
-            let t = e.row.fields
-            guard memo.insert(Supervisor.thermalKey(t, phaseCode: 0)).inserted else { continue }
-            if TaskMachine.dependsOnThermal(t, waiting: true, policy, conditions: c, time: time) { return true }
+        var asked: Set<Int> = []
+        for e in pending.values where e.isResting && asked.insert(e.restKey).inserted {
+            if TaskMachine.dependsOnThermal(e.row.fields, waiting: true, policy, conditions: c, time: time) { return true }
         }
         return false
     }
@@ -408,8 +411,14 @@ public final class Daemon {
     /// What a call does once its reply has gone (messages and signals the caller does not wait for).
     var afterReply: [() -> Void] = []
 
-    /// How many tasks rested at the last round.
-    var lastResting = 0
+    /// Set when a task began to rest since the last round: whether zones must be read is asked again then (a
+    /// resting task has no supervisor for the loop to ask).
+    var newlyResting = false
+
+    /// Lets a waiting task's supervisor go if it may rest (see `Entry.sleepIfIdle`).
+    func rest(_ e: Entry) {
+        if e.sleepIfIdle() { newlyResting = true }
+    }
 
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
@@ -446,18 +455,16 @@ public final class Daemon {
             for e in all where e.awake?.machine.phase == .waiting {
                 if case .noSlot? = e.supervisor.machine.startBlock {
                     e.supervisor.reevaluate(now: now)
-                    e.sleepIfIdle()
+                    rest(e)
                 }
             }
         }
         let sups = supervisors
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
-        // Resting tasks are not among the supervisors: when their number changes, the zones' need is asked again.
-        let resting = pending.count - (sups.count - running.count)
-        let restingChanged = resting != lastResting
-        lastResting = resting
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || restingChanged) { [unowned self] in self.restingDependOnThermal() }
+        // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting) { [unowned self] in self.restingDependOnThermal() }
+        newlyResting = false
         let releasing = quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), quiet.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
