@@ -191,6 +191,7 @@ public final class Daemon {
         scheduleMidnight()
         loadApps()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
+        systemd?.later = { [unowned self] f in self.loop.after(0, f) }
         if let m = systemd { say("tasks run as transient units of the systemd user manager (\(m.how)) in background.slice") }
         recoverInterrupted()
         audit.flush()
@@ -558,7 +559,7 @@ public final class Daemon {
                                                grace: policy.settings.number("run.expire_grace"))
             if let u = unit {
                 if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
-                _ = try? systemd?.call("ResetFailedUnit", [.string(u)])
+                else { systemd?.forgetLeftover(u) }
             }
             let requeue = r.kind != "refresh"
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil

@@ -17,60 +17,89 @@ final class SystemdUnits {
     static let unitInterface = "org.freedesktop.systemd1.Unit"
     static let serviceInterface = "org.freedesktop.systemd1.Service"
 
-    let connection: BusConnection
-    /// nil on the private socket (a peer connection has no names).
-    let destination: String?
+    /// Where the manager answers: its private socket, or its name on the session bus.
+    enum Place {
+        case socket(String)
+        case sessionBus
+    }
+    let place: Place
     /// What was reached, for the log.
     let how: String
+    /// The connection, with its subscriptions, while units run (see `link`).
+    private var open: (connection: BusConnection, destination: String?)?
     /// Units started and not yet over, by object path.
     var running: [String: RunningUnit] = [:]
     var counter = 0
 
-    init(connection: BusConnection, destination: String?, how: String) {
-        self.connection = connection
-        self.destination = destination
+    /// Runs its argument on the daemon's loop after the current event (a connection is not closed in its own callback).
+    var later: (@escaping () -> Void) -> Void = { $0() }
+
+    init(place: Place, how: String) {
+        self.place = place
         self.how = how
-        // The unit's state changes (ActiveState, then ExecMainCode/Status) and failed start jobs.
-        connection.subscribe(sender: destination, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged") { [weak self] path, _, args in
-            guard let u = self?.running[path], args.count >= 2, let iface = args[0].string, case .dict(let changed) = args[1] else { return }
-            u.changed(interface: iface, changed)
-        }
-        connection.subscribe(sender: destination, interface: SystemdUnits.manager, member: "JobRemoved") { [weak self] _, _, args in
-            guard args.count >= 4, let unit = args[2].string, let result = args[3].string else { return }
-            self?.running.values.first { $0.unitName == unit }?.jobRemoved(result: result)
-        }
-        // On the session bus the manager sends unit signals only to subscribers.
-        _ = try? call("Subscribe", [])
     }
 
-    /// The manager, if one is there for this user (nil otherwise, or when `BGTASK_SYSTEMD_UNITS=0`).
+    /// The manager, if one is there for this user (nil otherwise, or when `BGTASK_SYSTEMD_UNITS=0`). Only located
+    /// here, not asked: bgtaskd may start while the manager itself is starting (it starts bgtaskd.service), and a
+    /// connection made then waits until the manager's start-up is over. The connection is opened when a unit
+    /// starts and closed when the last one is over, because systemd tells every connection of every unit's change,
+    /// and an idle bgtaskd must not wake for them. If it cannot be opened then, the task is spawned as a child.
     static func connect(session: BusConnection) -> SystemdUnits? {
         if Environment.get("BGTASK_SYSTEMD_UNITS") == "0" { return nil }
         if let rt = Environment.get("XDG_RUNTIME_DIR"), rt.hasPrefix("/") {
             let socket = rt + "/systemd/private"
             var st = stat()
             // The user's own manager only: a socket this user owns, not followed if a link.
-            if lstat(socket, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, st.st_uid == geteuid(),
-               let c = try? BusConnection(peerSocket: socket) {
-                let u = SystemdUnits(connection: c, destination: nil, how: socket)
-                if u.version() != nil { return u }
+            if lstat(socket, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, st.st_uid == geteuid() {
+                return SystemdUnits(place: .socket(socket), how: socket)
             }
         }
-        if session.hasOwner(name) {
-            let u = SystemdUnits(connection: session, destination: name, how: "\(name) on the session bus")
-            if u.version() != nil { return u }
-        }
+        if session.hasOwner(name) { return SystemdUnits(place: .sessionBus, how: "\(name) on the session bus") }
         return nil
+    }
+
+    /// The connection, opened if it is not: a peer connection to the private socket, or a connection of its own to
+    /// the session bus (so that closing it drops its match rules too). The unit's state changes (ActiveState, then
+    /// ExecMainCode/Status) and failed start jobs are subscribed to at once.
+    func link() throws(BusError) -> (connection: BusConnection, destination: String?) {
+        if let o = open { return o }
+        let c: BusConnection
+        let destination: String?
+        switch place {
+        case .socket(let path):
+            c = try BusConnection(peerSocket: path)
+            destination = nil
+        case .sessionBus:
+            c = try BusConnection(privateSession: true)
+            destination = SystemdUnits.name
+        }
+        c.subscribe(sender: destination, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged") { [weak self] path, _, args in
+            guard let u = self?.running[path], args.count >= 2, let iface = args[0].string, case .dict(let changed) = args[1] else { return }
+            u.changed(interface: iface, changed)
+        }
+        c.subscribe(sender: destination, interface: SystemdUnits.manager, member: "JobRemoved") { [weak self] _, _, args in
+            guard args.count >= 4, let unit = args[2].string, let result = args[3].string else { return }
+            self?.running.values.first { $0.unitName == unit }?.jobRemoved(result: result)
+        }
+        open = (c, destination)
+        // On the session bus the manager sends unit signals only to subscribers.
+        if destination != nil { _ = try? call("Subscribe", []) }
+        return (c, destination)
+    }
+
+    /// Closes the connection once no unit of ours runs (after the current event: this may be one of its signals).
+    func closeIfIdle() {
+        guard running.isEmpty, open != nil else { return }
+        later { [weak self] in
+            if let self, self.running.isEmpty { self.open = nil }
+        }
     }
 
     @discardableResult
     func call(_ method: String, _ args: [BusValue], path: String = SystemdUnits.path, interface: String = SystemdUnits.manager,
               timeoutMs: Int32 = 5_000) throws(BusError) -> [BusValue] {
-        try connection.call(method, args, destination: destination, path: path, interface: interface, timeoutMs: timeoutMs)
-    }
-
-    func version() -> String? {
-        (try? call("Get", [.string(SystemdUnits.manager), .string("Version")], interface: "org.freedesktop.DBus.Properties"))?.first?.string
+        let (c, destination) = try link()
+        return try c.call(method, args, destination: destination, path: path, interface: interface, timeoutMs: timeoutMs)
     }
 
     /// The object path of a unit: systemd's bus-label escaping (every byte but [A-Za-z0-9] as `_xx`).
@@ -167,6 +196,7 @@ final class SystemdUnits {
             u.job = r.first?.string
         } catch {
             running[u.path] = nil
+            closeIfIdle()
             lastRefusal = error.message
             return nil
         }
@@ -182,11 +212,18 @@ final class SystemdUnits {
         _ = try? call("ThawUnit", [.string(unit)])
     }
 
+    /// After a leftover unit's processes were ended: its failed state cleared.
+    func forgetLeftover(_ unit: String) {
+        _ = try? call("ResetFailedUnit", [.string(unit)])
+        closeIfIdle()
+    }
+
     /// The same when the main process was never known: the unit is stopped as a whole.
     func stopLeftover(_ unit: String) {
         _ = try? call("ThawUnit", [.string(unit)])
         _ = try? call("StopUnit", [.string(unit), .string("replace")])
         _ = try? call("ResetFailedUnit", [.string(unit)])
+        closeIfIdle()
     }
 }
 
@@ -309,6 +346,7 @@ final class RunningUnit: ManagedUnit {
         manager.running[path] = nil
         // A failed unit stays loaded until its failure is reset; an inactive one is collected on its own.
         _ = try? manager.call("ResetFailedUnit", [.string(unitName)])
+        manager.closeIfIdle()
     }
 }
 

@@ -8,6 +8,7 @@ import Foundation
 public final class UserManager {
     public let runtimeDirectory: URL
     let launcher: Child
+    var managerPID: Int32 = 0
 
     // Readiness is systemd's own READY=1 on a notify socket (an event, not a sleep); the launcher then waits for
     // SIGTERM (blocked, so one that comes early is not lost) and stops the manager, which stops its units.
@@ -50,9 +51,16 @@ public final class UserManager {
         try FileManager.default.createDirectory(at: runtimeDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         launcher = try Child("/usr/bin/python3", ["-c", UserManager.script, runtimeDirectory.path],
                              environment: Child.environment(["LD_PRELOAD": nil]))
-        guard let line = launcher.line(within: 40), line.hasPrefix("ready") else {
+        guard let line = launcher.line(within: 40), line.hasPrefix("ready"), let pid = Int32(line.split(separator: " ").last ?? "") else {
             launcher.stop()
             throw TestbedError(message: "systemd --user did not come up: \(launcher.stdout) \(launcher.stderr)")
+        }
+        managerPID = pid
+        // READY=1 comes before start-up is over, and a connection made then may wait until it is: systemctl waits
+        // for the end of start-up (inside the manager's namespace, where systemd counts as booted).
+        let (status, out, err) = try systemctl(["is-system-running", "--wait"])
+        guard status == 0 || out.contains("degraded") else {
+            throw TestbedError(message: "systemd --user is not running: \(out) \(err)")
         }
     }
 
@@ -63,8 +71,8 @@ public final class UserManager {
 
     /// `systemctl --user ARGS` against this manager (bounded).
     public func systemctl(_ args: [String]) throws -> (Int32, String, String) {
-        try Child.run("/bin/systemctl", ["--user"] + args,
-                      environment: Child.environment(["XDG_RUNTIME_DIR": runtimeDirectory.path, "LD_PRELOAD": nil,
+        try Child.run("/usr/bin/nsenter", ["-t", String(managerPID), "-m", "/bin/systemctl", "--user"] + args,
+                      environment: Child.environment(["XDG_RUNTIME_DIR": runtimeDirectory.path, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil,
                                                       "DBUS_SESSION_BUS_ADDRESS": nil]), deadline: 20)
     }
 }
