@@ -140,9 +140,9 @@ final class SystemdUnits {
     }
 
     static func currentDirectory() -> String {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard getcwd(&buf, buf.count) != nil else { return "/" }
-        return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let cwd = getcwd(nil, 0) else { return "/" }
+        defer { free(cwd) }
+        return String(cString: cwd)
     }
 
     /// What systemd sets for each unit itself: bgtaskd's own values (it may run as a unit) must not override them.
@@ -152,21 +152,13 @@ final class SystemdUnits {
 
     /// The environment a unit gets: bgtaskd's own (as a spawned command inherits it), then the task's.
     static func environment(adding extra: [String]) -> [String] {
-        let overridden = Set(extra.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) }).union(managerSet)
-        var out: [String] = []
-        var e = environ
-        while let p = e.pointee {
-            let entry = String(cString: p)
-            if let n = entry.split(separator: "=", maxSplits: 1).first.map(String.init), !overridden.contains(n) { out.append(entry) }
-            e += 1
-        }
-        return out + extra
+        TaskProcess.environment(adding: extra, dropping: managerSet)
     }
 
     /// Starts `argv` as `bgtask-<id>-<n>.service` in `background.slice`. Throws `SpawnError` for a command that
-    /// cannot run; returns nil if the manager refused (the caller spawns it itself).
+    /// cannot run, `BusError` when the manager cannot be reached or refuses (the caller then spawns it itself).
     func start(id: String, argv: [String], background: Bool, directory: String?, environment extra: [String],
-               onMainPID: @escaping (pid_t) -> Void, onExit: @escaping (Int32) -> Void) throws -> RunningUnit? {
+               onMainPID: @escaping (pid_t) -> Void, onExit: @escaping (Int32) -> Void) throws -> RunningUnit {
         let env = SystemdUnits.environment(adding: extra)
         let (exe, err) = SystemdUnits.executable(argv[0], directory: directory, environment: env)
         guard let exe else { throw SpawnError(command: argv[0], errno: err) }
@@ -190,24 +182,19 @@ final class SystemdUnits {
         // Known before the call: signals about it can come before the reply is read.
         running[u.path] = u
         do {
-            let r = try call("StartTransientUnit", [.string(unit), .string("fail"),
-                                                    .array(element: "(sv)", props.map { .tuple([.string($0.0), .variant($0.1)]) }),
-                                                    .array(element: "(sa(sv))", [])])
-            u.job = r.first?.string
+            try call("StartTransientUnit", [.string(unit), .string("fail"),
+                                            .array(element: "(sv)", props.map { .tuple([.string($0.0), .variant($0.1)]) }),
+                                            .array(element: "(sa(sv))", [])])
         } catch {
             running[u.path] = nil
             closeIfIdle()
-            lastRefusal = error.message
-            return nil
+            throw error
         }
         return u
     }
 
-    /// Why the manager last refused to start a unit (said once per refusal by the daemon).
-    var lastRefusal: String?
-
-    /// A daemon that died left this unit (its row says `unit NAME`): thawed, so nothing stays frozen, and its
-    /// failed state cleared. Ending its processes is the caller's (by process group, as for any command).
+    /// A daemon that died left this unit (its row says `unit NAME`): thawed, so nothing stays frozen. Ending its
+    /// processes is the caller's (by process group, as for any command), then `forgetLeftover`.
     func thawLeftover(_ unit: String) {
         _ = try? call("ThawUnit", [.string(unit)])
     }
@@ -232,7 +219,6 @@ final class RunningUnit: ManagedUnit {
     unowned let manager: SystemdUnits
     let unitName: String
     let path: String
-    var job: String?
     private(set) var mainPID: pid_t?
     var execCode: Int32 = 0
     var execStatus: Int32 = 0
@@ -357,7 +343,9 @@ extension Daemon: TaskLauncher {
     public func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess? {
         guard let m = systemd, !argv.isEmpty else { return nil }
         let id = s.id
-        let unit = try m.start(id: id, argv: argv, background: background, directory: directory, environment: environment,
+        let unit: RunningUnit
+        do {
+            unit = try m.start(id: id, argv: argv, background: background, directory: directory, environment: environment,
             onMainPID: { [unowned self, unowned s] pid in
                 guard let e = self.running[id], e.supervisor === s else { return }
                 e.row.pgid = pid
@@ -368,8 +356,8 @@ extension Daemon: TaskLauncher {
                 s.childExited(waitStatus: status)
                 self.afterRound(conditionsChanged: false)
             })
-        guard let unit else {
-            say("\(id): systemd did not start its unit (\(m.lastRefusal ?? "no reason given")); it runs as bgtaskd's child")
+        } catch let e as BusError {
+            say("\(id): systemd did not start its unit (\(e.message)); it runs as bgtaskd's child")
             return nil
         }
         if let out = s.runOptions.outputPath { OutputFile.noteUnit(out, unit: unit.unitName) }

@@ -143,6 +143,20 @@ public final class TaskProcess {
     var onFraction = 0.0
     var feedback: (wall: Double, cpu: Double)?
 
+    /// The environment a command gets: this process's own, less `dropping` and what `extra` sets, then `extra`.
+    public static func environment(adding extra: [String], dropping: Set<String> = []) -> [String] {
+        func name(_ entry: String) -> String { entry.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
+        let overridden = Set(extra.map(name)).union(dropping)
+        var out: [String] = []
+        var e = environ
+        while let p = e.pointee {
+            let entry = String(cString: p)
+            if !overridden.contains(name(entry)) { out.append(entry) }
+            e += 1
+        }
+        return out + extra
+    }
+
     /// Chooses the cap mechanism ahead of a spawn (see `TaskCgroup.Plan.prepared`): call it before waiting.
     public static func prepare(prefer: CapMechanism?) {
         _ = TaskCgroup.Plan.prepared(prefer: prefer)
@@ -153,16 +167,7 @@ public final class TaskProcess {
     public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil,
                              output: String? = nil, directory: String? = nil, environment: [String] = []) throws -> TaskProcess {
         let cargv = argv.map { strdup($0) } + [nil]
-        var env: [UnsafeMutablePointer<CChar>?] = []
-        var e = environ
-        let overridden = Set(environment.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
-        while let p = e.pointee {
-            let name = String(cString: p).split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
-            if !overridden.contains(name) { env.append(strdup(p)) }
-            e += 1
-        }
-        env += environment.map { strdup($0) }
-        env.append(nil)
+        let env = TaskProcess.environment(adding: environment).map { strdup($0) } + [nil]
         defer { (cargv + env).forEach { free($0) } }
         var outFD: Int32 = -1
         if let path = output {

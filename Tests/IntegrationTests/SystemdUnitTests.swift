@@ -19,6 +19,24 @@ func numberWritten(to url: URL, within seconds: Double) -> Int32? {
     return nil
 }
 
+/// How many sockets a process holds (its /proc fd links): for a connection that must come and go.
+func socketCount(_ pid: Int32) -> Int {
+    let dir = "/proc/\(pid)/fd"
+    return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: dir + "/" + $0))?.hasPrefix("socket:") == true
+    }.count
+}
+
+/// Waits (bounded) until a process holds `n` sockets: polled each 20 ms, as another's fds have no event.
+func socketsReach(_ pid: Int32, _ n: Int, within seconds: Double) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if socketCount(pid) == n { return true }
+        usleep(20_000)
+    }
+    return socketCount(pid) == n
+}
+
 let capRule = """
 [[rule]]
 id = "test.cap"
@@ -29,7 +47,7 @@ reason = "capped by the test"
 """
 
 extension UmockdevIntegrationTests {
-    @Test("with a systemd user manager, bgtaskd runs each command as a transient unit in background.slice: exit status, CPUQuota, pause and resume, cancel, output in the journal, and a crash leaves nothing frozen")
+    @Test("with a systemd user manager, bgtaskd runs each command as a transient unit in background.slice: exit status, CPUQuota, pause and resume, cancel, output in the journal, a connection to the manager only while units run, and a crash leaves nothing frozen")
     func tasksRunAsTransientUnits() throws {
         try requirePreload()
         let manager = try UserManager()
@@ -41,6 +59,10 @@ extension UmockdevIntegrationTests {
         let d = try SessionDaemon(policy: p, preload: true,
                                   daemonEnv: ["BGTASK_SYSTEMD_UNITS": "1", "XDG_RUNTIME_DIR": manager.runtimeDirectory.path])
         #expect(d.daemon?.stderr.contains("tasks run as transient units of the systemd user manager") == true, "\(d.daemon?.stderr ?? "")")
+
+        // Idle, bgtaskd holds no connection to the manager: it is opened for a unit and closed after the last one.
+        let daemonPID = try #require(d.daemon?.process.processIdentifier)
+        let idleSockets = socketCount(daemonPID)
 
         // A command's exit status comes back through systemd; it ran in background.slice; `why` and `output` say where.
         let cg = p.dir.appendingPathComponent("cgroup")
@@ -54,6 +76,7 @@ extension UmockdevIntegrationTests {
         #expect(cgroups.contains("/background.slice/\(unit)"), "\(cgroups)")
         let (_, why, _) = try d.bgtask(["why", "exit3"])
         #expect(why.contains("systemd unit \(unit)"), "\(why)")
+        #expect(socketsReach(daemonPID, idleSockets, within: 5), "the connection to the manager stayed open: \(socketCount(daemonPID)) sockets, \(idleSockets) before")
         let (_, _, outputErr) = try d.bgtask(["output", "exit3"])
         #expect(outputErr.contains("ran as the systemd unit \(unit)"), "\(outputErr)")
 
@@ -62,6 +85,7 @@ extension UmockdevIntegrationTests {
         let cappedLine = try #require(d.said("capped: started"), "\(d.daemon?.stderr ?? "")")
         let cappedUnit = try #require(startedUnit(cappedLine))
         _ = try #require(d.said("capped: throttled to 20%"), "\(d.daemon?.stderr ?? "")")
+        #expect(socketCount(daemonPID) > idleSockets, "no connection to the manager while a unit runs")
         let (_, quota, _) = try manager.systemctl(["show", "-p", "CPUQuotaPerSecUSec", cappedUnit])
         #expect(quota.trimmingCharacters(in: .whitespacesAndNewlines) == "CPUQuotaPerSecUSec=200ms", "\(quota)")
         #expect(try d.bgtask(["cancel", "capped"]).0 == 0)
