@@ -129,24 +129,25 @@ func liveState(_ pid: Int32) -> String? {
     return s
 }
 
-/// Waits (bounded) until `pid` is in `state` (its /proc entry polled each 20 ms: another's stop has no event).
-func reaches(_ pid: Int32, _ state: String, within seconds: Double) -> Bool {
+/// Waits (bounded) until `condition` holds, asking every `interval` seconds: for what another process does that
+/// has no event here (a stop, an exit, its open files). True if it held by the deadline.
+func polled(within seconds: Double, every interval: Double = 0.02, _ condition: () -> Bool) -> Bool {
     let end = Date().addingTimeInterval(seconds)
     while Date() < end {
-        if liveState(pid) == state { return true }
-        usleep(20_000)
+        if condition() { return true }
+        usleep(useconds_t(interval * 1_000_000))
     }
-    return liveState(pid) == state
+    return condition()
 }
 
-/// Waits (bounded) until `pid` is gone: its /proc entry polled each 50 ms, as there is no event for another's exit.
+/// Waits (bounded) until `pid` is in `state`.
+func reaches(_ pid: Int32, _ state: String, within seconds: Double) -> Bool {
+    polled(within: seconds) { liveState(pid) == state }
+}
+
+/// Waits (bounded) until `pid` is gone.
 func gone(_ pid: Int32, within seconds: Double) -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if liveState(pid) == nil { return true }
-        usleep(50_000)
-    }
-    return liveState(pid) == nil
+    polled(within: seconds, every: 0.05) { liveState(pid) == nil }
 }
 
 extension UmockdevIntegrationTests {

@@ -9,14 +9,14 @@ func startedUnit(_ line: String) -> String? {
     return name.isEmpty ? nil : String(name)
 }
 
-/// A number a command wrote to a file once it started (bounded: polled each 20 ms, as a file has no event here).
+/// A number a command wrote to a file once it started (bounded: a file has no event here).
 func numberWritten(to url: URL, within seconds: Double) -> Int32? {
-    let end = Date().addingTimeInterval(seconds)
-    repeat {
-        if let s = try? String(contentsOf: url, encoding: .utf8), let n = Int32(s.trimmingCharacters(in: .whitespacesAndNewlines)) { return n }
-        usleep(20_000)
-    } while Date() < end
-    return nil
+    var n: Int32?
+    _ = polled(within: seconds) {
+        n = (try? String(contentsOf: url, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return n != nil
+    }
+    return n
 }
 
 /// How many sockets a process holds (its /proc fd links): for a connection that must come and go.
@@ -25,16 +25,6 @@ func socketCount(_ pid: Int32) -> Int {
     return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter {
         (try? FileManager.default.destinationOfSymbolicLink(atPath: dir + "/" + $0))?.hasPrefix("socket:") == true
     }.count
-}
-
-/// Waits (bounded) until a process holds `n` sockets: polled each 20 ms, as another's fds have no event.
-func socketsReach(_ pid: Int32, _ n: Int, within seconds: Double) -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if socketCount(pid) == n { return true }
-        usleep(20_000)
-    }
-    return socketCount(pid) == n
 }
 
 let capRule = """
@@ -76,7 +66,7 @@ extension UmockdevIntegrationTests {
         #expect(cgroups.contains("/background.slice/\(unit)"), "\(cgroups)")
         let (_, why, _) = try d.bgtask(["why", "exit3"])
         #expect(why.contains("systemd unit \(unit)"), "\(why)")
-        #expect(socketsReach(daemonPID, idleSockets, within: 5), "the connection to the manager stayed open: \(socketCount(daemonPID)) sockets, \(idleSockets) before")
+        #expect(polled(within: 5) { socketCount(daemonPID) == idleSockets }, "the connection to the manager stayed open: \(socketCount(daemonPID)) sockets, \(idleSockets) before")
         let (_, _, outputErr) = try d.bgtask(["output", "exit3"])
         #expect(outputErr.contains("ran as the systemd unit \(unit)"), "\(outputErr)")
 
