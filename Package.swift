@@ -53,20 +53,22 @@ let package = Package(
         // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
         .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskConfig", "CLinux"]),
 
+        // What the queue's and the audit trail's SQLite files share: their application id, foreign files refused.
+        .target(name: "BgtaskStorage", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         // The audit trail: every decision in SQLite (GRDB, WAL), and the story `bgtask why` tells from it.
-        .target(name: "BgtaskAudit", dependencies: ["BgtaskCore", "BgtaskPolicy", "BgtaskJSON", "BgtaskConfig",
+        .target(name: "BgtaskAudit", dependencies: ["BgtaskCore", "BgtaskPolicy", "BgtaskJSON", "BgtaskConfig", "BgtaskStorage",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         // The D-Bus side: typed values, a connection, exported objects, the GLib main loop.
         .target(name: "BgtaskBus", dependencies: ["CGio"]),
 
         // The daemon's queue in SQLite: pending and running requests, schedules, retries.
-        .target(name: "BgtaskQueue", dependencies: ["BgtaskConfig", "BgtaskJSON", "BgtaskPolicy",
+        .target(name: "BgtaskQueue", dependencies: ["BgtaskConfig", "BgtaskJSON", "BgtaskPolicy", "BgtaskStorage",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
         .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
-                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
+                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux"]),
         // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
         .target(name: "CICUNoData"),
         .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes", "CICUNoData",
@@ -96,9 +98,9 @@ let package = Package(
                     exclude: ["Fixtures"]),
         .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskRun", "BgtaskConfig", "BgtaskTestSupport"],
                     exclude: ["BadPolicies", "Traces"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes"]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

@@ -5,6 +5,7 @@ import BgtaskPolicy
 import BgtaskJSON
 import BgtaskConfig
 import BgtaskCore
+import BgtaskStorage
 import GRDB
 
 /// One stored decision: what happened to a task, the verdict, each rule in effect with its `file:line`,
@@ -50,6 +51,8 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
 public struct AuditError: Error, CustomStringConvertible {
     public var path: String
     public var message: String
+    /// The trail exists but no writer has finished creating it: a reader sees no entries.
+    public var empty = false
     public var description: String { "\(path): \(message)" }
 }
 
@@ -61,6 +64,8 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let retentionDays = 30.0
+    static let kind = StateDatabase(applicationID: "bgtA", tables: ["decision", "task"], migrations: ["v1", "v2 task index"],
+                                    what: "audit trail")
 
     /// Frees SQLite's page cache (a daemon's start prunes and reads the trail).
     public func releaseMemory() { db.releaseMemory() }
@@ -89,20 +94,26 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             // One connection for the check and the work: a second, short-lived DatabaseQueue leaves a
             // libdispatch worker behind that wakes the process every second for as long as it runs.
             let db = self.db
-            func checkTables() throws {
-                // Only bgtask's tables (or none yet, or a migration half done by another first run).
-                let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
-                let ours: Set<String> = ["grdb_migrations", "decision", "task", "sqlite_sequence"]
-                if !Set(tables).isSubset(of: ours) {
-                    throw AuditError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))), not bgtask's audit trail; refusing to write to it")
+            let kind = AuditLog.kind
+            func check() throws -> StateDatabase.Verdict {
+                let v = try db.read { try kind.verdict($0) }
+                if case .foreign(let why) = v {
+                    throw AuditError(path: path, message: "is an SQLite database of something else (\(why)), not bgtask's audit trail; refusing to write to it")
                 }
+                return v
             }
             if readOnly {
-                try checkTables()
+                // A first run may be creating the tables: wait for it (it holds the lock), then read them or nothing.
+                try AuditLog.withLock(path + ".lock", shared: true) {
+                    _ = try check()
+                    if try !db.read({ try migrator.hasCompletedMigrations($0) }) {
+                        throw AuditError(path: path, message: "holds no entries yet", empty: true)
+                    }
+                }
             } else {
                 // Many first runs at once must not all create the tables: one checks and migrates, the others wait.
                 try AuditLog.withLock(path + ".lock") {
-                    try checkTables()
+                    if try check() == .adoptable { try db.writeWithoutTransaction { try kind.claim($0) } }
                     // WAL is a property of the file: set only once the file is known to be ours.
                     try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
                     try migrator.migrate(db)
@@ -130,11 +141,14 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
-    static func withLock<T>(_ lockPath: String, _ body: () throws -> T) throws -> T {
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    /// Runs `body` holding the trail's lock: exclusive for a writer's migration; shared for a reader, which
+    /// creates nothing (no lock file: no writer has begun, nothing to wait for).
+    static func withLock<T>(_ lockPath: String, shared: Bool = false, _ body: () throws -> T) throws -> T {
+        let fd = shared ? open(lockPath, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if fd < 0, shared, errno == ENOENT { return try body() }
         guard fd >= 0 else { throw AuditError(path: lockPath, message: String(cString: strerror(errno))) }
         defer { close(fd) }
-        while flock(fd, LOCK_EX) != 0 {
+        while flock(fd, shared ? LOCK_SH : LOCK_EX) != 0 {
             guard errno == EINTR else { throw AuditError(path: lockPath, message: "flock: \(String(cString: strerror(errno)))") }
         }
         defer { flock(fd, LOCK_UN) }

@@ -333,6 +333,23 @@ public struct BusCall {
     public let signature: String
 }
 
+/// A caller's credentials as the bus gave them. `pidfd` is the bus's own handle on the process (dbus-daemon
+/// 1.15.2+, dbus-broker), which cannot be confused with a later process that reuses the pid; closed with this.
+public final class PeerCredentials {
+    public let uid: uid_t?
+    public let pid: pid_t?
+    public let pidfd: Int32
+    /// The LSM label (AppArmor's `snap.NAME.APP (enforce)`, SELinux's context), when the bus knows one.
+    public let securityLabel: String?
+    public init(uid: uid_t?, pid: pid_t?, pidfd: Int32, securityLabel: String?) {
+        self.uid = uid
+        self.pid = pid
+        self.pidfd = pidfd
+        self.securityLabel = securityLabel
+    }
+    deinit { if pidfd >= 0 { close(pidfd) } }
+}
+
 /// An object exported on a connection; every call goes to `handle`, whose result is the reply.
 public final class BusObject {
     public typealias Handler = (BusCall) -> Result<[BusValue], BusError>
@@ -355,7 +372,16 @@ public final class BusObject {
 
     deinit { if registration != 0 { g_dbus_connection_unregister_object(connection.raw, registration) } }
 
+    /// A call's arguments at most this large (serialized), and a dictionary argument at most this many keys:
+    /// refused before they are read into Swift values, so a hostile call cannot stall the loop or grow memory.
+    public var maxArgumentBytes = 1 << 20
+    public var maxDictionaryKeys = 256
+
     func dispatch(sender: String, method: String, params: OpaquePointer, invocation: OpaquePointer) {
+        if let why = oversized(params) {
+            g_dbus_method_invocation_return_dbus_error(invocation, "org.freedesktop.DBus.Error.LimitsExceeded", why)
+            return
+        }
         let call = BusCall(sender: sender, method: method, args: BusValue.values(params),
                            signature: String(cString: g_variant_get_type_string(params)))
         switch handle(call) {
@@ -367,26 +393,31 @@ public final class BusObject {
         }
     }
 
-    /// Unique names are never reused on a bus: what the bus said of one holds while it is connected.
-    var credentialCache: [String: (uid: uid_t?, pid: pid_t?)] = [:]
-
-    /// Forgets a connection that left the bus.
-    public func forget(_ sender: String) { credentialCache[sender] = nil }
-
-    /// The uid and pid of a caller, asked of the bus (the peer's own claims are not trusted).
-    public func credentials(of sender: String) -> (uid: uid_t?, pid: pid_t?) {
-        if let c = credentialCache[sender] { return c }
-        let c = askCredentials(of: sender)
-        if c.uid != nil, credentialCache.count < 4096 { credentialCache[sender] = c }
-        return c
+    func oversized(_ params: OpaquePointer) -> String? {
+        let size = Int(g_variant_get_size(params))
+        if size > maxArgumentBytes { return "the call's arguments are \(size) bytes, over \(maxArgumentBytes)" }
+        for i in 0..<Int(g_variant_n_children(params)) {
+            let child = g_variant_get_child_value(params, gsize(i))!
+            defer { g_variant_unref(child) }
+            if String(cString: g_variant_get_type_string(child)).hasPrefix("a{"), Int(g_variant_n_children(child)) > maxDictionaryKeys {
+                return "argument \(i + 1) has \(g_variant_n_children(child)) keys, over \(maxDictionaryKeys)"
+            }
+        }
+        return nil
     }
 
-    func askCredentials(of sender: String) -> (uid: uid_t?, pid: pid_t?) {
+    /// What the bus says of a caller (never what the caller claims): `GetConnectionCredentials`, asked anew
+    /// each time (the daemon keeps what it concludes, per unique name).
+    public func credentials(of sender: String) -> PeerCredentials? {
+        var c = cgio_credentials()
         var err: UnsafeMutablePointer<GError>?
-        let uid = cgio_sender_uid(connection.raw, sender, &err)
-        if let e = err { g_error_free(e) }
-        let pid = cgio_sender_pid(connection.raw, sender)
-        return (uid == UInt32.max ? nil : uid_t(uid), pid == 0 ? nil : pid_t(pid))
+        guard cgio_sender_credentials(connection.raw, sender, &c, &err) != 0 else {
+            if let e = err { g_error_free(e) }
+            return nil
+        }
+        let label = withUnsafeBytes(of: c.label) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        return PeerCredentials(uid: c.uid == UInt32.max ? nil : uid_t(c.uid), pid: c.pid == 0 ? nil : pid_t(c.pid),
+                               pidfd: c.pidfd, securityLabel: label.isEmpty ? nil : label)
     }
 
     /// Takes the well-known name; false if another process has it.

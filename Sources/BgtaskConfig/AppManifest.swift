@@ -131,14 +131,17 @@ public enum AppManifests {
         return dirs.map { $0 + "/bgtask/apps" }
     }
 
-    /// Every manifest, by app id, and the problems of those that were skipped.
+    /// Every manifest, by app id, and the problems of those that were skipped. A manifest names a command
+    /// bgtaskd runs as its user: only one that user (or root) owns and nobody else may write is read — as
+    /// root with another user's `XDG_DATA_HOME` (`sudo -E`), theirs are refused, as their state is.
     public static func load(directories dirs: [String] = directories()) -> (apps: [String: AppManifest], errors: [PolicyError]) {
         var apps: [String: AppManifest] = [:]
         var errors: [PolicyError] = []
+        let owners: Set<uid_t> = [geteuid(), 0]
         for dir in dirs {
             for path in PolicyLayers.listTOML(dir) {
                 let text: String
-                switch FileIO.readBytes(path, limit: maxBytes + 1) {
+                switch FileIO.readBytes(path, limit: maxBytes + 1, owners: owners) {
                 case .failure(let e):
                     errors.append(PolicyError(location: SourceLocation(file: path, line: 1, column: 1),
                                               message: "cannot read: \(e.detail ?? String(cString: strerror(e.errno)))"))

@@ -1,3 +1,5 @@
+import BgtaskProbes
+
 /// Every exit status bgtask gives, in one place (sysexits.h names where one fits).
 public enum ExitStatus {
     public static let ok: Int32 = 0
@@ -21,17 +23,20 @@ public enum ExitStatus {
 }
 
 /// Text from outside (sysfs names, a policy's reason, a command line) made safe to print to a terminal:
-/// control characters, which could move the cursor, retitle the window or hide text, are shown escaped.
+/// control characters, which could move the cursor, retitle the window or hide text, and the invisible ones
+/// that reorder or hide what is read (`Printable`), are shown escaped.
 public enum Terminal {
     public static func safe(_ s: String, keepNewlines: Bool = false) -> String {
         var out = ""
         out.unicodeScalars.reserveCapacity(s.unicodeScalars.count)
         for u in s.unicodeScalars {
             let v = u.value
-            if (v < 0x20 && !(keepNewlines && v == 0x0A) && v != 0x09) || v == 0x7F || (v >= 0x80 && v < 0xA0) {
-                out += "\\x" + (v < 0x10 ? "0" : "") + String(v, radix: 16)
-            } else if v == 0x09 {
+            if v == 0x09 {
                 out += " "
+            } else if keepNewlines && v == 0x0A {
+                out.unicodeScalars.append(u)
+            } else if Printable.isHidden(u) {
+                out += Printable.escaped(u)
             } else {
                 out.unicodeScalars.append(u)
             }

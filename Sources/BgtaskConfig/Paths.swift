@@ -63,13 +63,15 @@ extension StatePaths {
 public enum TaskID {
     public static let maxBytes = 255
 
-    /// nil if `id` is a usable identifier, else why not: 1 to 255 bytes of UTF-8, no control characters.
+    /// nil if `id` is a usable identifier, else why not: 1 to 255 bytes of UTF-8, no control characters,
+    /// no '/' (bgtaskd keys an app's request as APP-ID/IDENTIFIER: a command's id must never name one).
     public static func problem(_ id: String) -> String? {
         if id.isEmpty { return "the identifier is empty" }
         if id.utf8.count > maxBytes { return "the identifier is \(id.utf8.count) bytes, over \(maxBytes)" }
         if id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F || ($0.value >= 0x80 && $0.value < 0xA0) }) {
             return "the identifier contains control characters"
         }
+        if id.contains("/") { return "the identifier contains '/', which separates an app's id from its task identifiers" }
         return nil
     }
 

@@ -51,21 +51,6 @@ final class AppTask: AppTaskHooks {
     func kill(_ s: Supervisor) -> String { daemon.endApp(self) }
 }
 
-/// The sandbox's word for a Flatpak caller's app id (never what the caller claims): `[Application] name=`
-/// in its `/.flatpak-info`, seen through `/proc/PID/root`. nil for a process outside Flatpak.
-enum Flatpak {
-    static func appID(pid: pid_t) -> String? {
-        guard case .success(let bytes) = FileIO.readBytes("/proc/\(pid)/root/.flatpak-info", limit: 64 * 1024) else { return nil }
-        var inApplication = false
-        for raw in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-            let line = raw.filter { $0 != "\r" }
-            if line.hasPrefix("[") { inApplication = line == "[Application]"; continue }
-            if inApplication, line.hasPrefix("name=") { return String(line.dropFirst(5)) }
-        }
-        return nil
-    }
-}
-
 extension Daemon {
     static let appSubmitKeys: Set<String> = ["identifier", "kind", "earliest", "requires_network", "requires_external_power",
                                              "title", "subtitle", "strategy", "resources"]
@@ -90,12 +75,19 @@ extension Daemon {
         return false
     }
 
-    /// Who is calling for `claimed`: a Flatpak app is who its sandbox says; another caller must name an app
-    /// with a manifest. A disabled app is `Unavailable`, as Background App Refresh switched off is on iOS.
-    func appIdentity(_ call: BusCall, claimed: String) -> Result<AppManifest, BusError> {
-        let pid = object?.credentials(of: call.sender).pid
-        if let p = pid, let sandboxed = Flatpak.appID(pid: p), sandboxed != claimed {
-            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "a Flatpak app's id comes from its sandbox (\(sandboxed)), not from the call (\(claimed))"))
+    /// Who is calling for `claimed`: a Flatpak app is who its sandbox says, and a caller in a sandbox that names
+    /// no app id acts for none; an unsandboxed caller must name an app with a manifest. A disabled app is
+    /// `Unavailable`, as Background App Refresh switched off is on iOS.
+    func appIdentity(_ who: Caller, claimed: String) -> Result<AppManifest, BusError> {
+        switch who.sandbox {
+        case .none:
+            break
+        case .flatpak(let sandboxed):
+            if sandboxed != claimed {
+                return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "a Flatpak app's id comes from its sandbox (\(sandboxed)), not from the call (\(claimed))"))
+            }
+        case .snap, .userNamespace:
+            return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "a caller in \(who.sandbox) names no app id bgtaskd can check"))
         }
         guard let m = apps[claimed] else {
             return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "no manifest for \(claimed) (\(AppManifests.directories().first ?? "")/\(claimed).toml)"))
@@ -106,32 +98,38 @@ extension Daemon {
         return .success(m)
     }
 
-    func client(_ app: String, _ call: BusCall) -> AppClient {
+    func client(_ app: String, _ call: BusCall, _ who: Caller) -> AppClient {
         if let c = clients[app], c.connection == call.sender { return c }
-        let c = AppClient(id: app, connection: call.sender, pid: object?.credentials(of: call.sender).pid)
+        let c = AppClient(id: app, connection: call.sender, pid: who.pid)
         clients[app] = c
         return c
     }
 
-    func handleApp(_ call: BusCall) -> Result<[BusValue], BusError>? {
+    func handleApp(_ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
         func bad(_ m: String) -> Result<[BusValue], BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, m)) }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
         switch call.method {
         case "GetSupportedResources":
             return .success([.strings(gpuUsable ? ["gpu"] : [])])
         case "ListApps":
-            var list: [[String: BusValue]] = apps.values.sorted { $0.id < $1.id }.map { m in
+            // A sandboxed app sees its own manifest only (how the library learns its id), nothing of other apps'.
+            let visible = who.sandbox == .none ? Array(apps.values) : apps.values.filter { $0.id == who.sandbox.appID }
+            var list: [[String: BusValue]] = visible.sorted { $0.id < $1.id }.map { m in
                 var d: [String: BusValue] = ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
                  "kinds": .strings(m.kinds.sorted()), "resources": .strings(m.resources.sorted()), "enabled": .bool(!disabledApps.contains(m.id)),
                  "connected": .bool(clients[m.id] != nil)]
                 if let n = m.name { d["name"] = .string(n) }
                 return d
             }
-            list += manifestErrors.map { ["error": .string($0.description)] }
+            if who.sandbox == .none { list += manifestErrors.map { ["error": .string($0.description)] } }
             return .success([.dicts(list)])
         case "SetAppEnabled":
             guard let app = str(0), AppManifest.validID(app), call.args.count == 2, let on = call.args[1]?.bool else { return bad("SetAppEnabled takes (s app_id, b enabled)") }
-            do { try AppManifests.setEnabled(app, on) } catch { return .failure(BusError(SchedulerBus.ErrorName.failed, "\(error)")) }
+            // A switch for an app with no manifest would only ever grow the file (and hide a typo).
+            guard apps[app] != nil || disabledApps.contains(app) else {
+                return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "no app \(app): no manifest in \(AppManifests.directories().joined(separator: ", "))"))
+            }
+            do { try AppManifests.setEnabled(app, on) } catch { return .failure(BusError(SchedulerBus.ErrorName.unavailable, "the switch cannot be written: \(error)")) }
             disabledApps = AppManifests.disabled()
             if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id) } }
             say("\(app): background work turned \(on ? "on" : "off")")
@@ -142,7 +140,7 @@ extension Daemon {
         guard call.method.hasPrefix("App") else { return nil }
         guard let app = str(0) else { return bad("\(call.method) takes the app id first") }
         let manifest: AppManifest
-        switch appIdentity(call, claimed: app) {
+        switch appIdentity(who, claimed: app) {
         case .failure(let e): return .failure(e)
         case .success(let m): manifest = m
         }
@@ -152,10 +150,10 @@ extension Daemon {
             guard manifest.permits(identifier) else {
                 return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(app)'s permitted identifiers (\(manifest.path))"))
             }
-            client(app, call).registered.insert(identifier)
+            client(app, call, who).registered.insert(identifier)
             return .success([])
         case "AppReady":
-            let c = client(app, call)
+            let c = client(app, call, who)
             if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
             c.ready = true
             for e in running.values where e.row.app == app {
@@ -290,7 +288,7 @@ extension Daemon {
                 return .failure(BusError(SchedulerBus.ErrorName.immediateRunIneligible, "\(identifier) cannot start now: \(why)"))
             }
         }
-        do { try store.put(row) } catch { return .failure(BusError(SchedulerBus.ErrorName.failed, "cannot store the request: \(error)")) }
+        do { try store.put(row) } catch { return .failure(BusError(SchedulerBus.ErrorName.unavailable, "cannot store the request (nothing was queued): \(error)")) }
         pending.removeValue(forKey: key)
         add(row)
         say("\(key): submitted by the app")
@@ -397,7 +395,7 @@ extension Daemon {
         bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
-            self.object?.forget(name)
+            self.callers[name] = nil
             self.buckets[name] = nil
             for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }

@@ -115,6 +115,10 @@ public final class Daemon {
     var sequence = 0
     var stopping = false
     var buckets: [String: (tokens: Double, at: Double)] = [:]
+    /// Stored requests not yet taken up at start (nil: not yet read; empty: all taken up).
+    var unrestored: ArraySlice<QueuedTask>?
+    /// Callers identified so far, by unique name (`caller(of:)`).
+    var callers: [String: Caller] = [:]
     /// The system bus, for logind (nil without one).
     var system: BusConnection?
     var inhibitFD: Int32 = -1
@@ -126,6 +130,8 @@ public final class Daemon {
     var disabledApps: Set<String> = []
     var clients: [String: AppClient] = [:]
     var views: [String: AppTaskView] = [:]
+    /// Running command tasks' output files, kept bounded while written.
+    lazy var outputWatch = OutputWatch(loop: loop) { [unowned self] in self.say($0) }
     /// Continued tasks as the person sees them (notifications, KDE's job view).
     lazy var presenter = Presenter(daemon: self)
     /// Why each app task was last expired (shown when it ends).
@@ -199,6 +205,10 @@ public final class Daemon {
         do {
             object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
                 let r = self.handle(call)
+                // A long listing's memory goes back once its reply is on its way, not kept for good.
+                if case .success(let v) = r, case .dicts(let list)? = v.first, list.count > 1000 {
+                    self.afterReply.append { Memory.releaseFreedHeap() }
+                }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
                 // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
@@ -215,9 +225,7 @@ public final class Daemon {
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
         loop.after(0) { [unowned self] in
             try? self.audit.prune(now: wallClockNow())
-            let rows = (try? self.store.all(state: "pending")) ?? []
-            if !rows.isEmpty { self.say("\(rows.count) pending in the queue") }
-            self.restore(rows[...])
+            self.restoreSlice()
         }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
         loop.watch(fd: events.wakeFD) { [unowned self] in
@@ -242,14 +250,30 @@ public final class Daemon {
 
     // MARK: The queue
 
-    /// Takes up stored requests 500 at a time, each slice after what the bus has queued.
-    func restore(_ rows: ArraySlice<QueuedTask>) {
+    /// Takes up stored requests 500 at a time, each slice after what the bus has queued. A call that reads or
+    /// changes the queue takes up the rest first (`restoreAll`), so no caller sees a partial queue.
+    func restoreSlice(schedulingNext: Bool = true) {
+        if unrestored == nil {
+            let rows = (try? store.all(state: "pending")) ?? []
+            if !rows.isEmpty { say("\(rows.count) pending in the queue") }
+            unrestored = rows[...]
+        }
+        guard let rows = unrestored, !rows.isEmpty else { return }
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
         let shared = evaluator()
         for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
-        let rest = rows.dropFirst(500)
-        if rest.isEmpty { afterRound(conditionsChanged: false) }
-        else { loop.after(0) { [unowned self] in self.restore(rest) } }
+        unrestored = rows.dropFirst(500)
+        if unrestored!.isEmpty {
+            unrestored = []    // lets the rows' storage go
+            if schedulingNext { afterRound(conditionsChanged: false) }
+        } else if schedulingNext {
+            loop.after(0) { [unowned self] in self.restoreSlice() }
+        }
+    }
+
+    /// The whole stored queue, taken up now.
+    func restoreAll() {
+        while unrestored == nil || unrestored?.isEmpty == false { restoreSlice(schedulingNext: false) }
     }
 
     /// An app's pending requests, counted in memory (the queue holds the same rows; a SQL count cost 0.3 ms a Submit).
@@ -295,6 +319,7 @@ public final class Daemon {
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
         o.pauseExpires = row.isAppTask
         o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
+        if !row.isAppTask { o.runToken = RunProcesses.newToken(sequence: sequence) }
         o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
         o.quiet = options.quiet
         let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
@@ -302,15 +327,22 @@ public final class Daemon {
         s.speaker = "bgtaskd"
         s.quietFirstWait = restored
         let app = row.isAppTask ? row.app : nil
+        let id = row.id
         s.slot = { [unowned self] t in
-            self.limits.slot(for: t, load: self.load)
+            // One run of an id at a time: a request submitted while it runs waits for that run's end (even a
+            // finished one, until the round has taken it out of `running`), never starts beside it.
+            if self.running[id] != nil { return Daemon.previousRunStill }
+            return self.limits.slot(for: t, load: self.load)
                 ?? app.flatMap { self.limits.budget(app: $0, used: self.batteryUse.seconds[$0] ?? 0, onBattery: self.onBattery) }
         }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
+        if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         else if systemd != nil { s.launcher = self }
         return s
     }
+
+    static let previousRunStill = "its previous run is still running"
 
     nonisolated(unsafe) static var runCounter = 0
     static func newRunID(_ id: String) -> String {
@@ -389,12 +421,29 @@ public final class Daemon {
             e.row.cgroup = s.taskProcess?.cgroupRecord
             e.row.started = wallClockNow()
             do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
+            if !e.row.isAppTask, s.taskProcess?.unit == nil { outputWatch.watch(outputPath(id)) }
             bus.emit("TaskChanged", [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
             bus.emit("TaskChanged", [.string(id), .string(stateName(s))])
         default:
             break
         }
+    }
+
+    /// Before a command is spawned, the queue says it runs (its run token, no pid yet): a crash at any instant
+    /// after the spawn finds it at the next start, by its token if its pid was never written. If the queue
+    /// cannot be written, nothing is spawned (the request waits to try again), so no restart can run it twice.
+    func recordIntent(_ s: Supervisor) -> String? {
+        guard let e = pending[s.id], e.awake === s else { return nil }
+        var r = e.row
+        r.state = "running"
+        r.runID = s.runOptions.runID
+        r.token = s.runOptions.runToken
+        r.pgid = nil; r.childStart = nil; r.cgroup = nil
+        r.started = wallClockNow()
+        do { try store.markRunning(r) } catch { return "its start cannot be written to the queue (\(error))" }
+        e.row = r
+        return nil
     }
 
     func stateName(_ s: Supervisor) -> String {
@@ -507,6 +556,15 @@ public final class Daemon {
         if e.row.isAppTask { try? store.saveUsage(day: batteryUse.day, seconds: batteryUse.seconds) }
         let s = e.supervisor
         let status = s.finish()
+        if let why = s.startRefused {
+            // Nothing ran: the request is not spent. It waits out the retry backoff and tries again.
+            var r = e.row
+            r.earliest = wallClockNow() + limits.retryBackoff
+            say("\(r.id): not started (\(why)); it tries again not before \(clockText(r.earliest!))")
+            if pending[r.id] == nil { add(r) }
+            return
+        }
+        if let token = s.runOptions.runToken, s.taskProcess?.unit == nil { endLeftovers(of: e.row.id, token: token) }
         if e.row.isAppTask {
             if e.row.kind == "continued" {
                 presenter.finish(key: e.row.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.row.id) ?? "not completed")
@@ -514,6 +572,7 @@ public final class Daemon {
             views[e.row.id] = nil
             endLaunchedAppIfIdle(e.row.app, except: e.row.id)
         }
+        if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.row.id)) }
         let wasRunning = e.row.state == "running"
         let failed = status != 0
         var next: QueuedTask?
@@ -542,22 +601,39 @@ public final class Daemon {
         bus.emit("TaskChanged", [.string(e.row.id), .string(next != nil && pending[e.row.id] != nil ? "pending" : "finished")])
     }
 
+    /// A task is all its processes: what its command started and left running when it exited (a daemon that
+    /// left the process group) is ended with it — SIGTERM now, SIGKILL after the grace — as systemd ends a
+    /// service's control group. Without the loop waiting for it.
+    func endLeftovers(of id: String, token: String) {
+        let left = RunProcesses.find(token)
+        guard !left.isEmpty else { return }
+        for p in left { kill(p, SIGCONT); kill(p, SIGTERM) }
+        say("\(id): ended \(left.count) process(es) its command left running (pid \(left.map(String.init).joined(separator: ", ")))")
+        loop.after(min(5, policy.settings.number("run.expire_grace"))) {
+            for p in RunProcesses.find(token) { kill(p, SIGKILL) }
+        }
+    }
+
     /// What a daemon that died left running: ended (never left frozen, never run twice at once), recorded,
     /// and re-queued if it is processing work; refresh work is dropped, as on iOS.
     func recoverInterrupted() {
-        guard let rows = try? store.all(state: "running") else { return }
-        for r in rows {
-            let runID = r.runID ?? "\(r.id)-recovered"
-            let lost = "bgtaskd was gone while it ran (pid \(r.pgid ?? 0))"
+        guard let rows = try? store.all(state: "running"), !rows.isEmpty else { return }
+        // A transient unit (its row says `unit NAME`): thawed through systemd first; if its main process was
+        // never known, systemd stops the whole unit.
+        let units = rows.map { r in r.cgroup.flatMap { $0.hasPrefix("unit ") ? String($0.dropFirst(5)) : nil } }
+        for (r, unit) in zip(rows, units) {
+            let lost = "bgtaskd was gone while it ran (" + (r.pgid.map { "pid \($0)" } ?? "its start was recorded, its pid not yet") + ")"
             audit.record(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
-                                  runID: runID), task: r.fields)
-            // A transient unit (its row says `unit NAME`): thawed through systemd first; if its main process was
-            // never known, systemd stops the whole unit.
-            let unit = r.cgroup.flatMap { $0.hasPrefix("unit ") ? String($0.dropFirst(5)) : nil }
+                                  runID: r.runID ?? "\(r.id)-recovered"), task: r.fields)
             if let u = unit, let m = systemd { if r.pgid == nil { m.stopLeftover(u) } else { m.thawLeftover(u) } }
-            var done = Recovery.endInterrupted(pgid: r.pgid ?? 0, childStart: UInt64(max(0, r.childStart ?? 0)), cgroupRecord: r.cgroup ?? "-",
-                                               grace: policy.settings.number("run.expire_grace"))
-            if let u = unit {
+        }
+        // All at once, found by process group and by run token: one grace for every task, not one each.
+        let ended = RunProcesses.endAll(rows.map { RunProcesses.Target(pgid: $0.pgid ?? 0, childStart: UInt64(max(0, $0.childStart ?? 0)),
+                                                                       cgroupRecord: $0.cgroup ?? "-", token: $0.token) },
+                                        grace: policy.settings.number("run.expire_grace"))
+        for (i, r) in rows.enumerated() {
+            var done = ended[i]
+            if let u = units[i] {
                 if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
                 else { systemd?.forgetLeftover(u) }
             }
@@ -565,7 +641,7 @@ public final class Daemon {
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil
             let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
             audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,
-                                  runID: runID), task: r.fields)
+                                  runID: r.runID ?? "\(r.id)-recovered"), task: r.fields)
             say("\(r.id): \(what)")
             do {
                 try store.remove(r.id, state: "running")
@@ -614,20 +690,26 @@ public final class Daemon {
         say("policy reloaded")
     }
 
-    /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running unsupervised.
+    /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running
+    /// unsupervised — all at once, within one grace of at most 5 s (under the unit's TimeoutStopSec=30).
     func shutdown(signal sig: Int32) {
         guard !stopping else { return }
         stopping = true
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
-        for (_, e) in running {
+        let entries = running.values.sorted { $0.row.id < $1.row.id }
+        for e in entries {
             if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unit { systemd?.stopLeftover(u.unitName) }
-            guard let pid = e.supervisor.pid else { continue }
             e.supervisor.taskProcess?.thawForSignal()
-            let done = Recovery.endInterrupted(pgid: pid, childStart: UInt64(max(0, e.row.childStart ?? 0)),
-                                               cgroupRecord: e.supervisor.taskProcess?.cgroupRecord ?? "-",
-                                               grace: e.supervisor.machine.limits.expireGrace)
-            var status: Int32 = 0
-            _ = waitpid(pid, &status, WNOHANG)
+        }
+        let ended = RunProcesses.endAll(entries.map { e in
+            RunProcesses.Target(pgid: e.supervisor.pid ?? 0, childStart: UInt64(max(0, e.row.childStart ?? 0)),
+                                cgroupRecord: e.supervisor.taskProcess?.cgroupRecord ?? "-", token: e.supervisor.runOptions.runToken)
+        }, grace: entries.map(\.supervisor.machine.limits.expireGrace).max() ?? 0)
+        for (e, done) in zip(entries, ended) {
+            if let pid = e.supervisor.pid {
+                var status: Int32 = 0
+                _ = waitpid(pid, &status, WNOHANG)
+            }
             audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: "interrupted: bgtaskd stopped; \(done)",
                                   decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
             do {
@@ -644,4 +726,3 @@ public final class Daemon {
         loop.quit()
     }
 }
-

@@ -22,14 +22,46 @@ extension Daemon {
     static let submitKeys: Set<String> = ["id", "kind", "requires_external_power", "requires_network", "requires_unmetered",
                                           "cpu_heavy", "user_initiated", "earliest", "every", "retry", "budget", "directory"]
 
-    func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
-        // The session bus is the user's own, but a system-wide bus configured oddly is not: check.
-        let creds = object?.credentials(of: call.sender)
-        guard let uid = creds?.uid, uid == getuid() else {
-            return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "bgtaskd serves only uid \(getuid())"))
+    /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
+    static let sandboxedMethods: Set<String> = ["GetSupportedResources", "ListApps"]
+    /// Calls that neither read nor change the queue: answered while start-up still takes it up.
+    static let queueFreeMethods: Set<String> = ["GetStatus", "GetSupportedResources", "ListApps"]
+
+    /// Who sent `call`, established once per connection (unique names are never reused on a bus) and
+    /// forgotten when it leaves. Anything that cannot be established is a refusal (`CallerCheck`).
+    func caller(of call: BusCall) -> Result<Caller, BusError> {
+        if let c = callers[call.sender] { return .success(c) }
+        let receivedAt = CallerCheck.ticksSinceBoot()
+        switch CallerCheck().identify(object?.credentials(of: call.sender), receivedAt: receivedAt) {
+        case .failure(let why):
+            return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "bgtaskd cannot establish who is calling: \(why)"))
+        case .success(let c):
+            // The session bus is the user's own, but a system-wide bus configured oddly is not: check.
+            guard c.uid == getuid() else {
+                return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "bgtaskd serves only uid \(getuid())"))
+            }
+            if callers.count >= 4096 { callers = [:] }
+            callers[call.sender] = c
+            return .success(c)
         }
+    }
+
+    func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
+        let who: Caller
+        switch caller(of: call) {
+        case .failure(let e): return .failure(e)
+        case .success(let c): who = c
+        }
+        // A sandboxed app reaches the user's queue only through its own app id: a Submit would run a command
+        // outside its sandbox, a Cancel or a listing would reach other apps' work.
+        if who.sandbox != .none, !call.method.hasPrefix("App"), !Daemon.sandboxedMethods.contains(call.method) {
+            return .failure(BusError(SchedulerBus.ErrorName.accessDenied,
+                                     "\(call.method) is not for a sandboxed caller (\(who.sandbox)): it may use the App* methods for its own app id"))
+        }
+        // A call that reads or changes the queue sees all of it: what start-up has not taken up yet is taken up now.
+        if !Daemon.queueFreeMethods.contains(call.method) { restoreAll() }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
-        if let r = handleApp(call) { return r }
+        if let r = handleApp(call, who) { return r }
         switch call.method {
         case "Submit":
             guard call.args.count == 2, case .dict(let opts)? = call.args[0], let argv = call.args[1]?.strings else {
@@ -52,6 +84,7 @@ extension Daemon {
         case "DebugLaunch":
             guard let id = str(0) else { return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "DebugLaunch takes (s id)")) }
             guard let e = pending[id] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no pending task \(id)")) }
+            if running[id] != nil { return .failure(BusError(SchedulerBus.ErrorName.immediateRunIneligible, "\(id): \(Daemon.previousRunStill)")) }
             wake(e).launchNow(now: monotonic())
             return .success([])
         case "DebugExpire":
@@ -134,7 +167,7 @@ extension Daemon {
                                      "\(row.app) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
         }
         do { try store.put(row) } catch {
-            return .failure(BusError(SchedulerBus.ErrorName.failed, "cannot store the request: \(error)"))
+            return .failure(BusError(SchedulerBus.ErrorName.unavailable, "cannot store the request (nothing was queued): \(error)"))
         }
         let replaced = pending.removeValue(forKey: id) != nil
         add(row)
@@ -163,8 +196,9 @@ extension Daemon {
         return .success(done.joined(separator: "; "))
     }
 
+    /// The caller's own pending requests: the command tasks (an app's go with `AppCancelAll` or `apps disable`).
     func cancelAll() -> Int {
-        let ids = pending.keys.sorted()
+        let ids = pending.keys.sorted().filter { pending[$0]?.row.isAppTask == false }
         for id in ids { _ = cancel(id) }
         return ids.count
     }

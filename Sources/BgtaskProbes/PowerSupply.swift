@@ -91,7 +91,8 @@ public struct PowerSupply: Sendable, Equatable {
         path = d.path
         type = value("type")
         scope = value("scope").flatMap { $0.isEmpty ? nil : $0 }
-        online = flag("online")
+        // The kernel's `online`: 0 offline, 1 online (fixed), 2 online and programmable (USB PD PPS).
+        online = value("online") == "2" ? true : flag("online")
         present = flag("present")
         status = value("status").flatMap { $0.isEmpty ? nil : $0 }
         capacityLevel = value("capacity_level").flatMap { $0.isEmpty || $0 == "Unknown" ? nil : $0 }

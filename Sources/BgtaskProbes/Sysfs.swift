@@ -93,7 +93,9 @@ public enum FileIO {
 
     /// Opens a file for reading without blocking on a FIFO or a device, and refuses anything that is
     /// not a regular file (sysfs attributes, /proc files and policies all are). fd or an error.
-    public static func openRegular(_ path: String, noFollow: Bool = false) -> Result<Int32, SystemError> {
+    /// `owners`: when given, the file (as opened, not as named) must belong to one of them and be writable by
+    /// nobody else — a file that says what runs as this user must not be another user's.
+    public static func openRegular(_ path: String, noFollow: Bool = false, owners: Set<uid_t>? = nil) -> Result<Int32, SystemError> {
         var fd: Int32
         let flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (noFollow ? O_NOFOLLOW : 0)
         repeat { fd = open(path, flags) } while fd < 0 && errno == EINTR
@@ -109,6 +111,18 @@ public enum FileIO {
             close(fd)
             return .failure(SystemError("open", path: path, errno: EINVAL, detail: "\(kindName(st.st_mode)), not a regular file: refused"))
         }
+        if let trusted = owners {
+            if !trusted.contains(st.st_uid) {
+                close(fd)
+                let who = trusted.sorted().map { $0 == 0 ? "root" : "uid \($0)" }.joined(separator: " or ")
+                return .failure(SystemError("open", path: path, errno: EPERM, detail: "belongs to uid \(st.st_uid), not to \(who): refused"))
+            }
+            if st.st_mode & (S_IWGRP | S_IWOTH) != 0 {
+                close(fd)
+                return .failure(SystemError("open", path: path, errno: EPERM,
+                                            detail: "writable by group or others (mode \(String(st.st_mode & 0o7777, radix: 8))): refused"))
+            }
+        }
         return .success(fd)
     }
 
@@ -118,9 +132,10 @@ public enum FileIO {
     }
 
     /// The bytes of a regular file, at most `limit` of them.
-    public static func readBytes(_ path: String, limit: Int = 64 * 1024, noFollow: Bool = false) -> Result<[UInt8], SystemError> {
+    public static func readBytes(_ path: String, limit: Int = 64 * 1024, noFollow: Bool = false,
+                                 owners: Set<uid_t>? = nil) -> Result<[UInt8], SystemError> {
         let fd: Int32
-        switch openRegular(path, noFollow: noFollow) {
+        switch openRegular(path, noFollow: noFollow, owners: owners) {
         case .failure(let e): return .failure(e)
         case .success(let f): fd = f
         }

@@ -49,7 +49,7 @@ public struct ThermalZone: Sendable, Equatable {
     public init(device d: SysfsDevice, fallback: ThermalFallback = .init()) {
         name = d.name
         path = d.path
-        type = d.text("type")
+        type = d.text("type").map(Printable.text)   // a newline in it would start a line of its own in `status`
         var notes: [String] = []
         switch d.attributes["temp"] ?? .missing {
         case .text(let raw):

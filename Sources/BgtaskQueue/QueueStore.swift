@@ -4,6 +4,7 @@
 import BgtaskConfig
 import BgtaskJSON
 import BgtaskPolicy
+import BgtaskStorage
 import GRDB
 
 /// One request in the daemon's queue: what to run, under which requirements, and where it is in its life.
@@ -42,6 +43,8 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public var childStart: Int64?
     public var cgroup: String?
     public var started: Double?
+    /// The run token its processes carry in their environment (`RunProcesses`), written before the spawn.
+    public var token: String?
     /// App tasks: what the user sees of a continued task, its submission strategy (queue, fail), resources (JSON list).
     public var title: String?
     public var subtitle: String?
@@ -63,13 +66,13 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     static let columns = ["id", "app", "kind", "argv", "requires_external_power", "requires_network", "requires_unmetered",
                           "cpu_heavy", "user_initiated", "earliest", "every", "anchor", "retry", "failures", "budget", "submitted",
                           "directory", "state", "run_id", "pgid", "child_start", "cgroup", "started", "title", "subtitle",
-                          "strategy", "resources"]
+                          "strategy", "resources", "token"]
 
     /// Its values, in the order of `columns`.
     var values: [(any DatabaseValueConvertible)?] {
         [id, app, kind, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
          earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup,
-         started, title, subtitle, strategy, resources]
+         started, title, subtitle, strategy, resources, token]
     }
 
     /// Columns written by hand: GRDB's Codable encoder is the slow part of a Submit's write.
@@ -106,19 +109,20 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         subtitle = r["subtitle"]
         strategy = r["strategy"]
         resources = r["resources"]
+        token = r["token"]
     }
 
     enum CodingKeys: String, CodingKey {
         case id, app, kind, argv, requiresExternalPower = "requires_external_power", requiresNetwork = "requires_network"
         case requiresUnmetered = "requires_unmetered", cpuHeavy = "cpu_heavy", userInitiated = "user_initiated"
         case earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID = "run_id", pgid
-        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources
+        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources, token
     }
 
     /// This request waiting again (after a crash, a retry, or for its next period): no process, no start.
     public func requeued(runID: String) -> QueuedTask {
         var r = self
-        r.state = "pending"; r.runID = runID; r.pgid = nil; r.childStart = nil; r.cgroup = nil; r.started = nil
+        r.state = "pending"; r.runID = runID; r.pgid = nil; r.childStart = nil; r.cgroup = nil; r.started = nil; r.token = nil
         return r
     }
 
@@ -152,6 +156,8 @@ public final class QueueStore: @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let file = "queue.sqlite"
+    static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage"], migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token"],
+                                    what: "queue")
 
     /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
     public func releaseMemory() { db.releaseMemory() }
@@ -166,9 +172,11 @@ public final class QueueStore: @unchecked Sendable {
         config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         do {
             db = try DatabaseQueue(path: path, configuration: config)
-            let tables = try db.read { try String.fetchAll($0, sql: "SELECT name FROM sqlite_master WHERE type = 'table'") }
-            if !Set(tables).isSubset(of: ["grdb_migrations", "request", "app_usage"]) {
-                throw QueueError(path: path, message: "is an SQLite database of something else (tables: \(tables.sorted().joined(separator: ", "))); refusing to use it")
+            // Before any write: a file that is not bgtask's queue is refused untouched.
+            switch try db.read({ try QueueStore.kind.verdict($0) }) {
+            case .foreign(let why): throw QueueError(path: path, message: "is an SQLite database of something else (\(why)); refusing to use it")
+            case .adoptable: try db.writeWithoutTransaction { try QueueStore.kind.claim($0) }
+            case .ours: break
             }
             try db.writeWithoutTransaction { try $0.execute(sql: "PRAGMA journal_mode = WAL") }
             var m = DatabaseMigrator()
@@ -215,6 +223,9 @@ public final class QueueStore: @unchecked Sendable {
                     t.column("seconds", .double).notNull()
                     t.primaryKey(["app", "day"])
                 }
+            }
+            m.registerMigration("v4-run-token") { db in
+                try db.alter(table: "request") { t in t.add(column: "token", .text) }
             }
             try m.migrate(db)
         } catch let e as QueueError {

@@ -95,15 +95,18 @@ enum TaskCgroup {
 }
 
 public struct SpawnError: Error, CustomStringConvertible {
+    /// The command, or the file or directory that stopped it (then `detail` says which).
     public var command: String
     public var errno: Int32
-    public init(command: String, errno: Int32) {
+    public var detail: String?
+    public init(command: String, errno: Int32, detail: String? = nil) {
         self.command = command
         self.errno = errno
+        self.detail = detail
     }
-    public var description: String { "cannot run \(command): \(String(cString: strerror(errno)))" }
+    public var description: String { "cannot run \(command): \(detail ?? String(cString: strerror(errno)))" }
     /// 127 for a command not found, 126 for one that cannot be executed, as shells do.
-    public var exitCode: Int32 { errno == ENOENT ? 127 : 126 }
+    public var exitCode: Int32 { errno == ENOENT && detail == nil ? 127 : 126 }
 }
 
 /// A task's command that a service manager started and holds (bgtaskd's transient systemd units): it is not
@@ -170,11 +173,17 @@ public final class TaskProcess {
         let env = TaskProcess.environment(adding: environment).map { strdup($0) } + [nil]
         defer { (cargv + env).forEach { free($0) } }
         var outFD: Int32 = -1
-        if let path = output {
-            outFD = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            guard outFD >= 0 else { throw SpawnError(command: path, errno: errno) }
-        }
+        if let path = output { outFD = try OutputFile.open(path) }
         defer { if outFD >= 0 { close(outFD) } }
+        // A missing working directory is said as such (the child's chdir would fail as ENOENT, read as "no such command").
+        if let d = directory {
+            var st = stat()
+            let e: Int32 = stat(d, &st) != 0 ? errno : ((st.st_mode & S_IFMT) != S_IFDIR ? ENOTDIR : 0)
+            if e != 0 {
+                let what = e == ENOENT ? "does not exist" : "cannot be used (" + String(cString: strerror(e)) + ")"
+                throw SpawnError(command: argv[0], errno: e, detail: "its working directory \(d) \(what)")
+            }
+        }
         let plan = TaskCgroup.Plan.prepared(prefer: prefer)
         let pid = directory.map { d in d.withCString { bgt_spawn(cargv, env, background ? 1 : 0, outFD, $0) } }
             ?? bgt_spawn(cargv, env, background ? 1 : 0, outFD, nil)
@@ -354,6 +363,9 @@ final class CgroupV1 {
         guard available() else { return nil }
         let cpu = root + "/cpu/bgtask/" + name, freezer = root + "/freezer/bgtask/" + name
         for d in [root + "/cpu/bgtask", root + "/freezer/bgtask", cpu, freezer] { mkdir(d, 0o755) }
+        // Shares count among siblings: the child's 2 competes only inside bgtask/, which beside the user's
+        // work weighs its default 1024 — so the parent is given 2 as well, and bgtask's work yields to the rest.
+        write(root + "/cpu/bgtask/cpu.shares", "2")
         if let s = shares { write(cpu + "/cpu.shares", String(s)) }
         guard write(cpu + "/cgroup.procs", "\(pid)"), write(freezer + "/cgroup.procs", "\(pid)") else {
             rmdir(cpu); rmdir(freezer)
@@ -412,7 +424,7 @@ public enum OutputFile {
 
     /// This run's output goes to the journal, under its systemd unit: `PATH.unit` names the unit, for `bgtask output`.
     public static func noteUnit(_ path: String, unit: String) {
-        let fd = open(path + ".unit", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = Glibc.open(path + ".unit", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
         defer { close(fd) }
         let line = unit + "\n"
@@ -429,9 +441,39 @@ public enum OutputFile {
         return name
     }
 
+    /// A running task's output is cut back to its last `maxBytes` once it grows past this (`bound`).
+    public static let boundBytes = 2 * maxBytes
+
+    /// Opens the output file for a command's stdout and stderr: appended to, created 0600, never a link, and
+    /// only a regular file — opened without blocking, so a FIFO planted there is refused, not waited on.
+    public static func open(_ path: String) throws -> Int32 {
+        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0o600)
+        guard fd >= 0 else {
+            let e = errno
+            throw SpawnError(command: path, errno: e, detail: "its output file \(path) cannot be opened: \(String(cString: strerror(e)))\(e == ENXIO ? " (a FIFO?)" : "")")
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            Glibc.close(fd)
+            throw SpawnError(command: path, errno: EINVAL, detail: "\(path) is \(FileIO.kindName(st.st_mode)), not a regular file: refused as the task's output")
+        }
+        _ = fcntl(fd, F_SETFL, O_WRONLY | O_APPEND)
+        return fd
+    }
+
+    /// While a command writes: its output past `boundBytes` is cut back to the last `maxBytes`, so a chatty
+    /// task cannot fill the disk (and make every Submit fail). True if it was cut.
+    @discardableResult
+    public static func bound(_ path: String) -> Bool {
+        var st = stat()
+        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_size > off_t(boundBytes) else { return false }
+        keepTail(path, size: st.st_size)
+        return true
+    }
+
     /// Keeps the last `maxBytes` of a file, in place.
     public static func keepTail(_ path: String, size: off_t) {
-        let fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+        let fd = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return }
         defer { close(fd) }
         var buf = [UInt8](repeating: 0, count: maxBytes)

@@ -220,31 +220,6 @@ extension Recovery {
         sweepCgroups()   // empty cgroups of runs that are gone, crashed or not (a v2 leaf outlives its run)
         return lines
     }
-}
-
-extension Recovery {
-    /// The daemon's recovery of a task it was running when it died: the command (if it is still the same
-    /// process) is thawed and ended — SIGTERM, a grace of at most 5 s, SIGKILL — and its cgroup removed,
-    /// so that re-queuing it can never run it twice at once and nothing is left frozen. Returns what was done.
-    public static func endInterrupted(pgid: pid_t, childStart: UInt64, cgroupRecord: String, grace: Double) -> String {
-        let cg = cgroup(cgroupRecord)
-        guard pgid > 0, ProcInfo.isSame(pgid, start: childStart) || (childStart == 0 && isAlive(pgid)) else {
-            cg?.remove()
-            return "its command had already ended"
-        }
-        cg?.freeze(false)
-        kill(-pgid, SIGCONT)
-        kill(-pgid, SIGTERM)
-        let g = min(5, max(0, grace))
-        var how = "SIGTERM"
-        if !waitExit(pgid, seconds: g) {
-            kill(-pgid, SIGKILL)
-            how += ", SIGKILL after \(formatDuration(g))"
-            _ = waitExit(pgid, seconds: 1)
-        }
-        cg?.remove()
-        return "its command was thawed and ended (\(how))"
-    }
 
     /// The start time (clock ticks after boot) of a process, to tell it from a later one with its pid.
     public static func startTime(of pid: pid_t) -> UInt64? { ProcInfo.startTime(pid) }

@@ -26,6 +26,8 @@ public struct RunOptions: Sendable {
     public var workingDirectory: String?
     /// Extra environment for the command (NAME=value), on top of the supervisor's own.
     public var environment: [String] = []
+    /// The run token its processes carry (`RunProcesses`: the daemon finds them all by it); nil: none.
+    public var runToken: String?
     /// Not before this instant, on the monotonic clock (the daemon's `--earliest`).
     public var earliest: Double?
     /// An app's task: a defer or pause verdict expires it (see `TaskLimits.pauseExpires`).

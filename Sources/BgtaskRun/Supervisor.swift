@@ -63,6 +63,11 @@ public final class Supervisor {
     public var slot: ((TaskFields) -> String?)?
     /// Told after each event is recorded (the daemon keeps its queue in step).
     public var onEvent: ((Supervisor, RunEvent.Kind) -> Void)?
+    /// Asked right before a command is spawned (the daemon writes its intent to the queue first, so that a
+    /// crash at any instant after can find the run): nil to go ahead, else why it must not start now.
+    public var beforeSpawn: ((Supervisor) -> String?)?
+    /// Why the last start was refused by `beforeSpawn` (the request is not spent: it waits to try again).
+    public private(set) var startRefused: String?
     /// What its messages on stderr start with.
     public var speaker = "bgtask"
     /// Set for a task that runs inside an app: no process is spawned for it.
@@ -340,15 +345,23 @@ public final class Supervisor {
                 record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                 say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + ": \(what)")
             case .start:
+                if let why = beforeSpawn?(self) {
+                    startRefused = why
+                    record(.failed, "not started: \(why)", status: ExitStatus.tempFail)
+                    say("not started: \(why)")
+                    spawnFailure = ExitStatus.tempFail
+                    return
+                }
                 if let out = options.outputPath { OutputFile.rotate(out) }
                 do {
                     let background = !machine.task.userInitiated
+                    let environment = options.environment + (options.runToken.map { ["\(RunProcesses.variable)=\($0)"] } ?? [])
                     let p = try launcher?.launch(self, argv: options.argv, background: background, directory: options.workingDirectory,
-                                                 environment: options.environment)
+                                                 environment: environment)
                         ?? TaskProcess.spawn(options.argv, background: background,
                                              cgroupName: "\(StatePaths.safeName(options.task.id))-\(getpid())", prefer: options.mechanism,
                                              output: options.outputPath, directory: options.workingDirectory,
-                                             environment: options.environment)
+                                             environment: environment)
                     process = p
                     state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
                                    grace: machine.limits.expireGrace)

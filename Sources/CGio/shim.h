@@ -1,6 +1,7 @@
 #ifndef CGIO_SHIM_H
 #define CGIO_SHIM_H
 /* GDBus and the GLib main loop, for bgtaskd and its clients. Include paths from `pkg-config gio-unix-2.0`. */
+#include <string.h>
 #include <glib.h>
 #include <glib-unix.h>
 #include <gio/gio.h>
@@ -50,30 +51,45 @@ static inline guint cgio_request_name(GDBusConnection *connection, const char *n
     return v;
 }
 
-/* The uid of a sender on the bus, or (guint32)-1 with *error set. */
-static inline guint32 cgio_sender_uid(GDBusConnection *connection, const char *sender, GError **error) {
-    GVariant *r = g_dbus_connection_call_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                              "org.freedesktop.DBus", "GetConnectionUnixUser",
-                                              g_variant_new("(s)", sender), G_VARIANT_TYPE("(u)"),
-                                              G_DBUS_CALL_FLAGS_NONE, 2000, NULL, error);
-    if (r == NULL) return (guint32)-1;
-    guint32 v = 0;
-    g_variant_get(r, "(u)", &v);
+/* What the bus knows of a sender (GetConnectionCredentials): its uid, pid, a pidfd when the bus hands one
+ * (dbus-daemon 1.15.2+, dbus-broker: `ProcessFD`), and its LSM label (AppArmor, SELinux). Unknown members
+ * stay as set by the caller (uid (guint32)-1, pid 0, pidfd -1, label empty). FALSE with *error set when the
+ * bus did not answer. */
+typedef struct { guint32 uid; guint32 pid; int pidfd; char label[256]; } cgio_credentials;
+static inline gboolean cgio_sender_credentials(GDBusConnection *connection, const char *sender, cgio_credentials *out,
+                                               GError **error) {
+    out->uid = (guint32)-1; out->pid = 0; out->pidfd = -1; out->label[0] = 0;
+    GUnixFDList *fds = NULL;
+    GVariant *r = g_dbus_connection_call_with_unix_fd_list_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                                                 "org.freedesktop.DBus", "GetConnectionCredentials",
+                                                                 g_variant_new("(s)", sender), G_VARIANT_TYPE("(a{sv})"),
+                                                                 G_DBUS_CALL_FLAGS_NONE, 2000, NULL, &fds, NULL, error);
+    if (r == NULL) return FALSE;
+    GVariant *dict = g_variant_get_child_value(r, 0);
+    GVariantIter it;
+    const char *key;
+    GVariant *value;
+    g_variant_iter_init(&it, dict);
+    while (g_variant_iter_next(&it, "{&sv}", &key, &value)) {
+        if (g_str_equal(key, "UnixUserID") && g_variant_is_of_type(value, G_VARIANT_TYPE_UINT32)) {
+            out->uid = g_variant_get_uint32(value);
+        } else if (g_str_equal(key, "ProcessID") && g_variant_is_of_type(value, G_VARIANT_TYPE_UINT32)) {
+            out->pid = g_variant_get_uint32(value);
+        } else if (g_str_equal(key, "ProcessFD") && g_variant_is_of_type(value, G_VARIANT_TYPE_HANDLE) && fds != NULL) {
+            out->pidfd = g_unix_fd_list_get(fds, g_variant_get_handle(value), NULL);
+        } else if (g_str_equal(key, "LinuxSecurityLabel") && g_variant_is_of_type(value, G_VARIANT_TYPE_BYTESTRING)) {
+            gsize n = 0;
+            const char *b = g_variant_get_fixed_array(value, &n, 1);
+            if (n >= sizeof out->label) n = sizeof out->label - 1;
+            memcpy(out->label, b, n);
+            out->label[n] = 0;
+        }
+        g_variant_unref(value);
+    }
+    g_variant_unref(dict);
     g_variant_unref(r);
-    return v;
-}
-
-/* The pid of a sender on the bus, or 0. */
-static inline guint32 cgio_sender_pid(GDBusConnection *connection, const char *sender) {
-    GVariant *r = g_dbus_connection_call_sync(connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                              "org.freedesktop.DBus", "GetConnectionUnixProcessID",
-                                              g_variant_new("(s)", sender), G_VARIANT_TYPE("(u)"),
-                                              G_DBUS_CALL_FLAGS_NONE, 2000, NULL, NULL);
-    if (r == NULL) return 0;
-    guint32 v = 0;
-    g_variant_get(r, "(u)", &v);
-    g_variant_unref(r);
-    return v;
+    if (fds != NULL) g_object_unref(fds);
+    return TRUE;
 }
 
 static inline const GVariantType *cgio_type(const char *s) { return G_VARIANT_TYPE(s); }

@@ -38,10 +38,12 @@ static inline int bgt_rtnetlink_socket(void) {
     return fd;
 }
 /* Every signal whose default action ends a process and that can be caught: bgtask must never die of
- * one with a child left frozen. Faults (SEGV, BUS, ILL, FPE, TRAP, SYS) are not in it: they are bugs. */
+ * one with a child left frozen. The fault signals are in it too, for when another process sends them
+ * (kill -ABRT): a real fault is synchronous, and the kernel unblocks it and ends the process as before. */
 static inline void bgt_terminating_signals(sigset_t *set) {
     int sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
-                   SIGXCPU, SIGXFSZ, SIGPWR, SIGSTKFLT, SIGIO };
+                   SIGXCPU, SIGXFSZ, SIGPWR, SIGSTKFLT, SIGIO,
+                   SIGABRT, SIGBUS, SIGTRAP, SIGSYS, SIGSEGV, SIGILL, SIGFPE };
     for (unsigned i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(set, sigs[i]);
     for (int s = SIGRTMIN; s <= SIGRTMAX; s++) sigaddset(set, s);
 }

@@ -36,6 +36,8 @@ extension Bgtask {
                 fputs(Terminal.safe("bgtask: \(path) is not a regular file") + "\n", stderr)
                 throw ExitCode(ExitStatus.failure)
             }
+            // The last 1 MiB, as the help says (a run still writing may have more until it is cut back).
+            if st.st_size > off_t(OutputFile.maxBytes) { _ = lseek(fd, st.st_size - off_t(OutputFile.maxBytes), SEEK_SET) }
             var buf = [UInt8](repeating: 0, count: 65_536)
             while true {
                 let n = read(fd, &buf, buf.count)

@@ -26,9 +26,14 @@ enum State {
                 return try AuditLog(path: dir + "/" + StatePaths.auditFile)
             }
             let dir = try StatePaths.stateDirectory()
-            guard access(dir + "/" + StatePaths.auditFile, F_OK) == 0 else { return nil }
+            // A state path that is a file (or a link) is said, not taken for "nothing has run".
+            var st = stat()
+            guard lstat(dir, &st) == 0 else { return nil }
             try SecureDirectory.verify(dir)
+            guard access(dir + "/" + StatePaths.auditFile, F_OK) == 0 else { return nil }
             return try AuditLog(path: dir + "/" + StatePaths.auditFile, readOnly: true)
+        } catch let e as AuditError where e.empty {
+            return nil
         } catch let e as PathError {
             throw Failure(message: "state directory \(e)", status: ExitStatus.cantCreate)
         } catch let e as AuditError {

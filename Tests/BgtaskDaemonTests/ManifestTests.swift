@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import Foundation
 import BgtaskConfig
 import BgtaskPolicy
 import Testing
@@ -44,5 +48,48 @@ struct ManifestTests {
             Issue.record("accepted"); return
         }
         #expect(e.description.contains("reserved"))
+    }
+}
+
+@Suite("app manifests are read only from files the daemon's user (or root) owns and nobody else may write")
+struct ManifestOwnershipTests {
+    func directory() throws -> String {
+        var template = Array("/tmp/bgtask-manifests-XXXXXX".utf8CString)
+        guard let d = mkdtemp(&template) else { throw PathError(path: "/tmp", message: "mkdtemp failed") }
+        return String(cString: d)
+    }
+
+    func write(_ dir: String, _ id: String) -> String {
+        let path = "\(dir)/\(id).toml"
+        let text = "id = \"\(id)\"\ncommand = [\"/bin/true\"]\npermitted_identifiers = [\"\(id).refresh\"]\n"
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        _ = text.withCString { Glibc.write(fd, $0, strlen($0)) }
+        close(fd)
+        return path
+    }
+
+    @Test("a group-writable manifest is skipped with its path and mode; another user's is skipped when bgtaskd runs as root")
+    func foreignOrWritableManifestsAreSkipped() throws {
+        let dir = try directory()
+        defer { _ = try? FileManager.default.removeItem(atPath: dir) }
+        _ = write(dir, "com.example.Mine")
+        let writable = write(dir, "com.example.Writable")
+        chmod(writable, 0o664)
+        var expected: Set<String> = ["com.example.Mine"]
+        if geteuid() == 0 {
+            // As root with another user's XDG_DATA_HOME (sudo -E): their manifest would run its command as root.
+            chown(write(dir, "com.example.Theirs"), 1000, 1000)
+        } else {
+            expected.insert("com.example.Theirs")
+            _ = write(dir, "com.example.Theirs")
+        }
+        let (apps, errors) = AppManifests.load(directories: [dir])
+        #expect(Set(apps.keys) == expected)
+        #expect(errors.contains { $0.description.contains("com.example.Writable.toml") && $0.description.contains("writable by group or others (mode 664)") },
+                "\(errors)")
+        if geteuid() == 0 {
+            #expect(errors.contains { $0.description.contains("com.example.Theirs.toml") && $0.description.contains("belongs to uid 1000, not to root") },
+                    "\(errors)")
+        }
     }
 }

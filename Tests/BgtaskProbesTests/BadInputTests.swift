@@ -22,7 +22,7 @@ struct BadInputTests {
     P: /devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC
     E: SUBSYSTEM=power_supply
     A: type=Mains\\n
-    A: online=2\\n
+    A: online=7\\n
 
     P: /devices/virtual/thermal/thermal_zone0
     E: SUBSYSTEM=thermal
@@ -65,8 +65,32 @@ struct BadInputTests {
         #expect(s.power.external == false)         // still discharging: that much is known
         let ac = try #require(s.supplies.first { $0.name == "AC" })
         #expect(ac.online == nil)
-        #expect(ac.notes.contains { $0.contains("online: '2'") })
+        #expect(ac.notes.contains { $0.contains("online: '7'") })
         #expect(s.json.at(path: "battery.percent") == .null)
+    }
+
+    @Test("a USB PD charger in its programmable mode (online = 2, the kernel's POWER_SUPPLY_ONLINE_PROGRAMMABLE) is online")
+    func programmableOnlineIsOnline() throws {
+        let tree = try FixtureTree(umockdev: """
+        P: /devices/pci0000:00/0000:00:14.0/usb1/1-1/power_supply/ucsi-source-psy-USBC000:001
+        E: SUBSYSTEM=power_supply
+        A: type=USB\\n
+        A: usb_type=C [PD] PD_PPS\\n
+        A: online=2\\n
+
+        P: /devices/LNXSYSTM:00/LNXSYBUS:00/PNP0C0A:00/power_supply/BAT0
+        E: SUBSYSTEM=power_supply
+        A: type=Battery\\n
+        A: status=Charging\\n
+        A: present=1\\n
+        A: capacity=60\\n
+        """)
+        defer { tree.remove() }
+        let s = tree.snapshot()
+        let usb = try #require(s.supplies.first { $0.name.hasPrefix("ucsi") })
+        #expect(usb.online == true)
+        #expect(usb.notes.isEmpty, "\(usb.notes)")
+        #expect(s.power.external == true)
     }
 
     @Test("a zone without a temperature and absurd trips are set aside, with reasons")

@@ -99,7 +99,7 @@ struct HostileSysfsTests {
     }
 
     @Test("a charger whose online file is missing, unreadable or garbage is unknown, not offline",
-          arguments: [nil, "2", "yes"] as [String?])
+          arguments: [nil, "3", "yes"] as [String?])
     func unknownChargerIsNotOffline(_ online: String?) throws {
         let tree = try FixtureTree(umockdev: Self.charger(online: online) + Self.battery(["status": "Unknown", "capacity": "60"]))
         defer { tree.remove() }

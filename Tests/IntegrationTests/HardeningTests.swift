@@ -131,6 +131,16 @@ struct HardeningTests {
         #expect(waiting.waitExit(within: 5) == 138)
         #expect(waiting.stderr.contains("interrupted by signal 10 while waiting"))
 
+        // Signals that are faults when the kernel raises them, sent by another process: handled alike.
+        for sig in [SIGABRT, SIGBUS, SIGSYS, SIGTRAP] {
+            let w = try Child(Child.bgtaskPath, ["run", "--id", "blocked", "--", "true"], environment: p.env)
+            defer { w.stop() }
+            _ = try #require(w.errorLine(within: 10) { $0.contains("waiting:") }, "\(w.stderr)")
+            kill(w.process.processIdentifier, sig)
+            #expect(w.waitExit(within: 5) == 128 + sig, "signal \(sig): \(w.stderr)")
+            #expect(w.stderr.contains("interrupted by signal \(sig) while waiting"), "\(w.stderr)")
+        }
+
         let running = try Child(Child.bgtaskPath, ["run", "--id", "usr", "--", "sh", "-c", "trap 'exit 42' USR1; echo ready; while :; do sleep 0.05; done"],
                                 environment: p.env)
         defer { running.stop() }

@@ -169,6 +169,8 @@ extension UmockdevIntegrationTests {
 
         let next = try Child.run(Child.bgtaskPath, ["run", "--id", "next", "--", "true"], environment: env)
         if mechanism == "cgroup" {
+            // bgtask's own parent weighs as little as its children: beside the user's work its tasks yield.
+            #expect((try? String(contentsOfFile: "/sys/fs/cgroup/cpu/bgtask/cpu.shares", encoding: .utf8))?.hasPrefix("2\n") == true)
             // The dead run's cgroups are gone with its command, not left behind empty.
             for h in ["cpu", "freezer"] {
                 #expect(!FileManager.default.fileExists(atPath: "/sys/fs/cgroup/\(h)/bgtask/frozen-\(supervisor)"), "\(h) cgroup left behind")
