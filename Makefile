@@ -23,7 +23,7 @@ BUILD      := .build/release
 PRODUCTS   := bgtask bgtaskd
 GEN        := .build/install-gen
 
-.PHONY: all swiftflags check install uninstall clean-gen man completions deb
+.PHONY: all swiftflags check check-vm install uninstall clean-gen man completions deb
 
 all:
 	for p in $(PRODUCTS); do $(SWIFT) build $(SWIFTFLAGS) --product $$p || exit 1; done
@@ -34,6 +34,10 @@ swiftflags:
 
 check:
 	scripts/test.sh
+
+# The .deb on a real kernel: a systemd-booted Debian 12 guest under qemu (scripts/vm.sh, scripts/check-vm.sh).
+check-vm: deb
+	scripts/check-vm.sh
 
 # Man pages from the argument-parser definitions by the argument parser's own generator (the tool behind its
 # generate-manual plugin; run directly on the built binaries, because the plugin would build the whole package

@@ -57,14 +57,14 @@ public final class BGTaskScheduler: NSObject, @unchecked Sendable {
     public func getPendingTaskRequests(completionHandler: @escaping ([BGTaskRequest]) -> Void) {
         let link = self.link
         nonisolated(unsafe) let handler = completionHandler
-        DispatchQueue.global(qos: .utility).async { handler(link.pending()) }
+        DispatchQueue.global(qos: .background).async { handler(link.pending()) }
     }
 
     /// The app's pending requests.
     public func pendingTaskRequests() async -> [BGTaskRequest] {
         let link = self.link
         return await withCheckedContinuation { (c: CheckedContinuation<[BGTaskRequest], Never>) in
-            DispatchQueue.global(qos: .utility).async { c.resume(returning: link.pending()) }
+            DispatchQueue.global(qos: .background).async { c.resume(returning: link.pending()) }
         }
     }
 

@@ -37,7 +37,8 @@ final class CriticalSections: @unchecked Sendable {
     static let shared = CriticalSections()
 
     struct Section: @unchecked Sendable {
-        let fd: Int32
+        /// Its delay locks (sleep and shutdown, each taken on its own).
+        let fds: [Int32]
         let expiration: (() -> Void)?
     }
 
@@ -46,7 +47,7 @@ final class CriticalSections: @unchecked Sendable {
     var next = 1
     var system: BusConnection?
     var thread: BusThread?
-    let handlerQueue = DispatchQueue(label: "BackgroundTasks.critical-section")
+    let handlerQueue = DispatchQueue(label: "BackgroundTasks.critical-section", qos: .background)
 
     func systemBus() -> BusConnection? {
         if let s = system { return s }
@@ -72,20 +73,20 @@ final class CriticalSections: @unchecked Sendable {
             DaemonLink.warn("beginBackgroundTask(\(name)): no system bus, so no sleep lock; the work is not protected")
             return .invalid
         }
-        let fd: Int32
-        do { fd = try bus.inhibit(what: "sleep:shutdown", who: who, why: name, mode: "delay") } catch {
-            DaemonLink.warn("beginBackgroundTask(\(name)): logind gave no delay lock: \(error.message)")
-            return .invalid
+        let (held, refused) = bus.delayLocks(["sleep", "shutdown"], who: who, why: name)
+        for (kind, why) in refused.sorted(by: { $0.key < $1.key }) {
+            DaemonLink.warn("beginBackgroundTask(\(name)): logind gave no \(kind) delay lock: \(why)")
         }
+        guard !held.isEmpty else { return .invalid }
         let id = next
         next += 1
-        sections[id] = Section(fd: fd, expiration: expiration)
+        sections[id] = Section(fds: Array(held.values), expiration: expiration)
         return BGBackgroundTaskIdentifier(rawValue: id)
     }
 
     func end(_ id: BGBackgroundTaskIdentifier) {
         guard let s = lock.withLock({ sections.removeValue(forKey: id.rawValue) }) else { return }
-        close(s.fd)
+        for fd in s.fds { close(fd) }
     }
 
     /// The machine is about to sleep or shut down: every section's handler runs, then its lock goes.

@@ -24,7 +24,7 @@ final class DaemonLink: @unchecked Sendable {
     var samplers: [String: UInt32] = [:]
     var lastProgress: [String: (Int64, Int64)] = [:]
     /// Expiration handlers run here: the launch handler's own queue may be held by the work they stop.
-    let expirationQueue = DispatchQueue(label: "BackgroundTasks.expiration")
+    let expirationQueue = DispatchQueue(label: "BackgroundTasks.expiration", qos: .background)
 
     static let progressInterval = 0.25
     static let callTimeoutMs: Int32 = 5_000
@@ -110,6 +110,11 @@ final class DaemonLink: @unchecked Sendable {
         case 1:
             lock.withLock { appID = candidates[0] }
             return .success(candidates[0])
+        case 0 where apps.allSatisfy({ $0["id"] == nil }):
+            // No manifest at all (or only broken ones): the manifest is what is missing, not an identifier in it.
+            let broken = apps.compactMap { $0["error"]?.string }
+            return .failure(.init(.notPermitted, message: "no app manifest is installed for this app: create ~/.local/share/bgtask/apps/APP-ID.toml "
+                                  + "with permitted_identifiers = [\"\(identifier)\"]" + (broken.isEmpty ? "" : " (skipped: \(broken.joined(separator: "; ")))")))
         case 0:
             return .failure(.init(.notPermitted, message: "no app manifest permits \(identifier) (add it to permitted_identifiers in bgtask/apps/APP-ID.toml)"))
         default:
@@ -144,7 +149,9 @@ final class DaemonLink: @unchecked Sendable {
             DaemonLink.warn("cannot register \(identifier): \(e.errorDescription ?? "")")
             return false
         }
-        let q = queue ?? DispatchQueue(label: "BackgroundTasks.\(identifier)")
+        // Apple's default for a nil queue is a background queue; a higher QoS would also have libdispatch try to
+        // renice its worker below a background launch's nice 10 (refused, and logged in the journal).
+        let q = queue ?? DispatchQueue(label: "BackgroundTasks.\(identifier)", qos: .background)
         lock.withLock { handlers[identifier] = Registration(queue: q, handler: handler) }
         scheduleReady()
         return true

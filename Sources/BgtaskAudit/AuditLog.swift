@@ -84,6 +84,9 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         do { try SecureDirectory.checkFile(path) } catch { throw AuditError(path: path, message: error.message) }
         try AuditLog.checkHeader(path)
         var config = Configuration()
+        // GRDB's queues default to userInitiated, whose worker threads libdispatch renices below the process's
+        // nice — refused (EACCES) for a user's service, logged in the journal each time. Background work's QoS.
+        config.qos = .background
         config.readonly = readOnly
         config.busyMode = .timeout(5)
         config.prepareDatabase { db in

@@ -247,6 +247,29 @@ public final class BusConnection: @unchecked Sendable {
         return fd
     }
 
+    /// logind's delay locks, one call per kind. A combined `sleep:shutdown` is granted only if the caller may
+    /// take the strictest of the two (logind 252 checks it against an action that wants an active local
+    /// session), so a lingering user after logout, an ssh user or a headless box would get neither. The
+    /// descriptors of the kinds taken, and why each other kind was refused.
+    public func delayLocks(_ kinds: [String], who: String, why: String) -> (held: [String: Int32], refused: [String: String]) {
+        var held: [String: Int32] = [:], refused: [String: String] = [:]
+        for k in kinds {
+            do { held[k] = try inhibit(what: k, who: who, why: why, mode: "delay") } catch { refused[k] = error.message }
+        }
+        return (held, refused)
+    }
+
+    /// logind's `InhibitDelayMaxUSec` in seconds (how long a delay lock may hold off sleep), 5 if it cannot be read.
+    public func inhibitDelayMax() -> Double {
+        let r = try? call("Get", [.string("org.freedesktop.login1.Manager"), .string("InhibitDelayMaxUSec")],
+                          destination: "org.freedesktop.login1", path: "/org/freedesktop/login1",
+                          interface: "org.freedesktop.DBus.Properties", timeoutMs: 2_000)
+        var v = r?.first
+        if case .variant(let inner)? = v { v = inner }
+        guard let us = v?.number, us > 0 else { return 5 }
+        return us / 1_000_000
+    }
+
     static func take(_ err: UnsafeMutablePointer<GError>?) -> String {
         guard let e = err else { return "unknown error" }
         defer { g_error_free(e) }

@@ -121,8 +121,14 @@ public final class Daemon {
     var callers: [String: Caller] = [:]
     /// The system bus, for logind (nil without one).
     var system: BusConnection?
-    var inhibitFD: Int32 = -1
-    var inhibitRefusedSaid = false
+    /// logind's delay locks held, by kind ("sleep", "shutdown"), and the kinds whose refusal was said.
+    var delayLocks: [String: Int32] = [:]
+    var refusedLocksSaid: Set<String> = []
+    /// While the machine prepares to sleep: until when the locks may hold it (logind's InhibitDelayMaxSec).
+    var sleepDeadline: Double?
+    var inhibitDelayMax = 5.0
+    /// What the machine prepares for ("sleep", "shutdown"), while it does.
+    var sleepKind: String?
     /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
     var sleeping = false { didSet { mergedConditions = nil } }
     var apps: [String: AppManifest] = [:]
@@ -144,8 +150,8 @@ public final class Daemon {
     var batteryUse = Schedule.BatteryUse(day: 0)
     var accountedAt = 0.0
     var onBattery = false
-    var policyWatchFD: Int32 = -1
-    var reloadGeneration = 0
+    /// The policy layers' and manifests' directories, watched (nil without inotify).
+    var configWatch: ConfigWatch?
     /// The newest readings from the watcher (before the daemon's own conditions are added).
     var readings: [String: PolicyValue]? { didSet { mergedConditions = nil } }
     public private(set) var exitStatus: Int32 = 0
@@ -236,7 +242,7 @@ public final class Daemon {
             self.afterRound(conditionsChanged: true)
         }
         watchSleep()
-        watchPolicyFiles()
+        watchConfiguration()
         watchAppConnections()
         afterRound(conditionsChanged: false)
         loop.run()
@@ -516,7 +522,7 @@ public final class Daemon {
         events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting) { [unowned self] in self.restingDependOnThermal() }
         newlyResting = false
         let releasing = quiet.observe(quiet: running.isEmpty, now: now)
-        let next = [events.nextDeadline(sups), quiet.deadline].compactMap { $0 }.min()
+        let next = [events.nextDeadline(sups), quiet.deadline, sleepDeadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
         // Last, so that little code runs between giving pages back and the loop's sleep: every page touched after
         // it is faulted in again with its neighbours (the kernel maps 64 KB around a fault).

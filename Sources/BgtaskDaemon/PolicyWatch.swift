@@ -1,51 +1,109 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskBus
 import BgtaskConfig
 
-/// Reloads the policy when a file in one of its layer directories changes: inotify on each directory
-/// that exists (and on the parent of a missing one, so creating `~/.config/bgtask/policy.d` is seen).
-/// Editors write in several steps, so a burst of events becomes one reload 0.3 s after the last.
-extension Daemon {
-    func watchPolicyFiles() {
-        let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard fd >= 0 else {
-            say("cannot watch the policy files (inotify: \(String(cString: strerror(errno)))); reload with SIGHUP")
-            return
+/// Watches the directories the policy layers and the app manifests live in, including ones that do not exist
+/// yet: a fresh account has no `~/.config/bgtask`, so the nearest existing ancestor is watched for the next
+/// component of the path, and the watches move down as directories appear. Editors write in several steps,
+/// so a burst of events becomes one reload 0.3 s after the last.
+final class ConfigWatch {
+    let fd: Int32
+    let loop: MainLoop
+    let directories: () -> [String]
+    let changed: () -> Void
+    /// Per watch: the directory, and the one name in it that leads toward a missing directory (nil: the
+    /// directory is itself watched, any change in it counts).
+    var watches: [Int32: (dir: String, toward: Set<String>?)] = [:]
+    var generation = 0
+
+    init?(loop: MainLoop, directories: @escaping () -> [String], changed: @escaping () -> Void) {
+        fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        guard fd >= 0 else { return nil }
+        self.loop = loop
+        self.directories = directories
+        self.changed = changed
+        rewatch()
+        loop.watch(fd: fd) { [unowned self] in self.events() }
+    }
+
+    /// Where `dir` is watched from: itself if it exists, else its nearest existing ancestor and the name in it
+    /// that leads toward `dir`. nil when not even `/` can be read.
+    static func anchor(_ dir: String, exists: (String) -> Bool) -> (dir: String, toward: String?)? {
+        var path = dir
+        var next: String?
+        while !exists(path) {
+            guard let slash = path.lastIndex(of: "/") else { return nil }
+            next = String(path[path.index(after: slash)...])
+            path = slash == path.startIndex ? "/" : String(path[..<slash])
+            if path == "/" && !exists(path) { return nil }
         }
-        policyWatchFD = fd
-        addPolicyWatches()
-        loop.watch(fd: fd) { [unowned self] in
-            var buf = [UInt8](repeating: 0, count: 8192)
-            var relevant = false
-            while true {
-                let n = read(fd, &buf, buf.count)
-                if n <= 0 { break }
-                relevant = true
-            }
-            guard relevant else { return }
-            self.reloadGeneration += 1
-            let generation = self.reloadGeneration
-            self.loop.after(0.3) { [unowned self] in
-                guard generation == self.reloadGeneration else { return }   // a later event will reload
-                self.addPolicyWatches()
-                self.reload()
-                self.afterRound(conditionsChanged: false)
+        return (path, next)
+    }
+
+    static func isDirectory(_ p: String) -> Bool { var st = stat(); return stat(p, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR }
+
+    func rewatch() {
+        for wd in watches.keys { inotify_rm_watch(fd, wd) }
+        watches = [:]
+        let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF)
+        for d in directories() where d.hasPrefix("/") {
+            guard let (dir, toward) = ConfigWatch.anchor(d, exists: ConfigWatch.isDirectory) else { continue }
+            let wd = inotify_add_watch(fd, dir, mask)   // the same directory twice gives the same watch
+            guard wd >= 0 else { continue }
+            switch (toward, watches[wd]) {
+            case (let t?, let before?): watches[wd] = (dir, before.toward.map { $0.union([t]) })   // nil (all) stays all
+            case (let t?, nil): watches[wd] = (dir, [t])
+            case (nil, _): watches[wd] = (dir, nil)
             }
         }
     }
 
-    func addPolicyWatches() {
-        guard policyWatchFD >= 0 else { return }
-        let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CREATE | IN_ATTRIB)
-        for dir in PolicyLayers.directories(extra: options.policyFiles) {
-            var target = dir
-            var st = stat()
-            if stat(target, &st) != 0 {
-                target = dir.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-                if target.isEmpty || stat(target, &st) != 0 { continue }
+    func events() {
+        var buf = [UInt8](repeating: 0, count: 8192)
+        var relevant = false
+        while true {
+            let n = read(fd, &buf, buf.count)
+            if n <= 0 { break }
+            var at = 0
+            while at + MemoryLayout<inotify_event>.size <= n {
+                let (wd, mask, len) = buf.withUnsafeBytes { raw in
+                    let e = raw.loadUnaligned(fromByteOffset: at, as: inotify_event.self)
+                    return (e.wd, e.mask, Int(e.len))
+                }
+                let nameStart = at + MemoryLayout<inotify_event>.size
+                let name = String(decoding: buf[nameStart..<min(n, nameStart + len)].prefix { $0 != 0 }, as: UTF8.self)
+                at = nameStart + len
+                guard let w = watches[wd] else { continue }
+                // In an ancestor, only the next directory on the way matters; a watched directory itself going
+                // away (IN_DELETE_SELF, IN_MOVE_SELF) matters too.
+                if w.toward == nil || w.toward!.contains(name) || mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 { relevant = true }
             }
-            _ = inotify_add_watch(policyWatchFD, target, mask)   // the same directory twice gives the same watch
+        }
+        guard relevant else { return }
+        generation += 1
+        let g = generation
+        loop.after(0.3) { [weak self] in
+            guard let self, g == self.generation else { return }   // a later event will reload
+            self.rewatch()
+            self.changed()
+        }
+    }
+}
+
+extension Daemon {
+    /// Policy layers and manifests are read again when their files change (and on SIGHUP).
+    func watchConfiguration() {
+        configWatch = ConfigWatch(loop: loop, directories: { [unowned self] in
+            PolicyLayers.directories(extra: self.options.policyFiles) + AppManifests.directories()
+        }) { [unowned self] in
+            self.loadApps()
+            self.reload()
+            self.afterRound(conditionsChanged: false)
+        }
+        if configWatch == nil {
+            say("cannot watch the policy files and manifests (inotify: \(String(cString: strerror(errno)))); reload with SIGHUP")
         }
     }
 }

@@ -166,6 +166,9 @@ public final class QueueStore: @unchecked Sendable {
         self.path = path
         do { try SecureDirectory.checkFile(path) } catch { throw QueueError(path: path, message: error.message) }
         var config = Configuration()
+        // GRDB's queues default to userInitiated, whose worker threads libdispatch renices below the process's
+        // nice — refused (EACCES) for a user's service, logged in the journal each time. Background work's QoS.
+        config.qos = .background
         config.busyMode = .timeout(5)
         // WAL with synchronous=NORMAL: a commit is in the WAL (the OS has it) when Submit replies, so a killed or
         // crashed daemon loses nothing; only a power cut can lose the last submits, which saves an fsync per call.

@@ -114,7 +114,12 @@ enum WatchLine {
             "\(c.path) \(c.old.map(show) ?? "∅") → \(show(c.new))"
         }
         var line = "\(time) \(parts.joined(separator: " · "))"
-        if u.changes.contains(where: { $0.path == "power.external" }) { line += " — \(u.snapshot.power.reason)" }
+        if parts.isEmpty {
+            // Only the words changed (another supply now tells the same verdict): say the new words.
+            line += "power: \(u.snapshot.power.reason)"
+        } else if u.changes.contains(where: { $0.path == "power.external" }) {
+            line += " — \(u.snapshot.power.reason)"
+        }
         return line + "  [\(u.trigger)]"
     }
 

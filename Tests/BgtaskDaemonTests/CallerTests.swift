@@ -68,3 +68,17 @@ struct TerminalTextTests {
         #expect(Printable.text("acpitz\nfake: line") == "acpitz\\x0afake: line")
     }
 }
+
+@Suite("the policy and manifest directories are watched from their nearest existing ancestor")
+struct ConfigWatchTests {
+    @Test("an existing directory is watched itself; a missing one from its nearest existing ancestor, for the next name on the way")
+    func anchors() {
+        let existing: Set<String> = ["/", "/home", "/home/u", "/home/u/.config"]
+        let exists = { existing.contains($0) }
+        #expect(ConfigWatch.anchor("/home/u/.config", exists: exists)! == ("/home/u/.config", nil))
+        #expect(ConfigWatch.anchor("/home/u/.config/bgtask/policy.d", exists: exists)! == ("/home/u/.config", "bgtask"))
+        #expect(ConfigWatch.anchor("/home/u/.local/share/bgtask/apps", exists: exists)! == ("/home/u", ".local"))
+        #expect(ConfigWatch.anchor("/nonexistent", exists: exists)! == ("/", "nonexistent"))
+        #expect(ConfigWatch.anchor("/x", exists: { _ in false }) == nil)
+    }
+}

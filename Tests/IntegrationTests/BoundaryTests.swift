@@ -452,3 +452,30 @@ struct BoundaryTests {
         }
     }
 }
+
+@Suite("bgtaskd follows its configuration as it is created")
+struct ConfigurationWatchTests {
+    @Test("on an account with no ~/.config/bgtask, a policy layer and a manifest created while bgtaskd runs are in force without SIGHUP")
+    func layersCreatedLaterAreSeen() throws {
+        let p = try PolicyEnv()
+        let config = p.dir.appendingPathComponent("fresh-config")
+        let data = p.dir.appendingPathComponent("fresh-data")
+        let d = try SessionDaemon(policy: p, preload: false, extraEnv: ["XDG_CONFIG_HOME": config.path, "XDG_DATA_HOME": data.path,
+                                                                       "XDG_DATA_DIRS": "/nonexistent"])
+        let layer = config.appendingPathComponent("bgtask/policy.d")
+        try FileManager.default.createDirectory(at: layer, withIntermediateDirectories: true)
+        try "[[rule]]\nid = \"late.gate\"\nwhen = 'task.id == \"gated\"'\nverdict = \"defer\"\nreason = \"held by the new layer\"\n"
+            .write(to: layer.appendingPathComponent("50-gate.toml"), atomically: true, encoding: .utf8)
+        _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["submit", "--id", "gated", "--", "true"]).0 == 0)
+        let entry = try #require(try d.pending().first { $0["id"] as? String == "gated" }, "not held")
+        #expect(entry["rule"] as? String == "late.gate", "\(entry)")
+
+        let apps = data.appendingPathComponent("bgtask/apps")
+        try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
+        try "id = \"org.example.Late\"\ncommand = [\"/bin/true\"]\npermitted_identifiers = [\"org.example.late.refresh\"]\n"
+            .write(to: apps.appendingPathComponent("org.example.Late.toml"), atomically: true, encoding: .utf8)
+        _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.call("ListApps", dir: p.dir).contains("org.example.Late"))
+    }
+}

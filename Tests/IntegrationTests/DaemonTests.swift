@@ -269,16 +269,22 @@ extension UmockdevIntegrationTests {
     }
 }
 
+/// A laptop on its charger (umockdev), python-dbusmock's logind on a private system bus, and bgtaskd watching it.
+func onTheChargerWithLogind() throws -> (PolicyEnv, Testbed, MockServices, SessionDaemon) {
+    try requirePreload()
+    let p = try PolicyEnv()
+    let tb = Testbed()
+    _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    let logind = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+    try logind.spawn(template: "logind", name: "org.freedesktop.login1")
+    return (p, tb, logind, try SessionDaemon(policy: p, preload: true, system: logind.bus))
+}
+
 extension UmockdevIntegrationTests {
     @Test("PrepareForSleep from mocked logind: the delay lock is held while tasks run, refresh work expires, the rest is frozen, the lock is released within 5 s; after resume the work goes on")
     func sleepThroughLogind() throws {
-        try requirePreload()
-        let p = try PolicyEnv()
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let logind = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
-        try logind.spawn(template: "logind", name: "org.freedesktop.login1")
-        let d = try SessionDaemon(policy: p, preload: true, system: logind.bus)
+        let (p, tb, logind, d) = try onTheChargerWithLogind()
+        _ = tb
         #expect(try d.bgtask(["submit", "--id", "work", "--", "sleep", "300"]).0 == 0)
         _ = try #require(d.said("work: started"), "\(d.daemon?.stderr ?? "")")
         #expect(try d.bgtask(["submit", "--id", "feed", "--kind", "refresh", "--", "sleep", "300"]).0 == 0)
@@ -289,13 +295,14 @@ extension UmockdevIntegrationTests {
             try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager.ListInhibitors", [])
         }
         let held = try inhibitors()
-        #expect(held.contains("'sleep:shutdown', 'bgtaskd'"), "no delay lock while tasks run: \(held)")
+        // Two locks, each kind on its own: logind grants a combined one only where it would grant the stricter.
+        #expect(held.contains("'sleep', 'bgtaskd'") && held.contains("'shutdown', 'bgtaskd'"), "no delay locks while tasks run: \(held)")
         #expect(held.contains("'delay'"))
 
         let t0 = Date()
         try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
                         ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<true>]"])
-        _ = try #require(d.said("delay lock released"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("delay locks released"), "\(d.daemon?.stderr ?? "")")
         #expect(Date().timeIntervalSince(t0) < 5)
         let released = try inhibitors()
         #expect(!released.contains("bgtaskd"), "the lock is still held: \(released)")
@@ -311,6 +318,26 @@ extension UmockdevIntegrationTests {
         _ = try #require(d.said("work: resumed"), "\(d.daemon?.stderr ?? "")")
         #expect(try inhibitors().contains("bgtaskd"), "the lock was not taken again after resume")
         #expect(try d.bgtask(["cancel", "work"]).0 == 0)
+    }
+
+    @Test("PrepareForSleep: the delay locks are kept until an expiring refresh task has finished its SIGTERM handler (within logind's delay)")
+    func locksOutlastTheExpiringTask() throws {
+        let (p, tb, logind, d) = try onTheChargerWithLogind()
+        _ = tb
+        let done = p.dir.appendingPathComponent("handled")
+        // Its handler takes 1.5 s, as an app's expiration handler may (the shipped grace is 10 s, logind's delay 5 s).
+        let handler = "trap 'sleep 1.5; date +%s.%N > \(done.path); exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+        #expect(try d.bgtask(["submit", "--id", "feed", "--kind", "refresh", "--", "sh", "-c", handler]).0 == 0)
+        _ = try #require(d.said("feed: started"), "\(d.daemon?.stderr ?? "")")
+        try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
+                        ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<true>]"])
+        _ = try #require(d.said("delay locks released", within: 10), "\(d.daemon?.stderr ?? "")")
+        let released = Date().timeIntervalSince1970
+        let handled = try #require(Double((try? String(contentsOf: done, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""),
+                                   "the handler had not finished when the locks went")
+        #expect(handled <= released)
+        let inhibitors = try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager.ListInhibitors", [])
+        #expect(!inhibitors.contains("bgtaskd"), "\(inhibitors)")
     }
 }
 

@@ -1,0 +1,53 @@
+#!/bin/sh
+# Guest-side steps of scripts/check-vm.sh, run in the Debian guest as its user:  sh guest.sh STEP
+# Each step exits 0 when what it checks holds; what it prints is shown when it does not.
+set -u
+step=$1
+
+case $step in
+  unit-running)   # unit-running ID: a transient unit of bgtaskd runs for task ID, in background.slice
+    u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '$4 == "running" {print $1; exit}')
+    [ -n "$u" ] && systemctl --user show -p Slice --value "$u" | grep -qx background.slice ;;
+  locks)          # both delay locks of bgtaskd are held
+    l=$(systemd-inhibit --list --no-pager --mode=delay)
+    echo "$l"
+    echo "$l" | grep bgtaskd | grep -qw sleep && echo "$l" | grep bgtaskd | grep -qw shutdown ;;
+  feed)           # a refresh task whose SIGTERM handler takes 1.5 s and notes when it finished
+    rm -f /tmp/handled
+    bgtask submit --id feed --kind refresh -- sh -c 'trap "sleep 1.5; date +%s.%N > /tmp/handled; exit 0" TERM; while :; do sleep 0.1; done' ;;
+  handled-before-suspend)
+    h=$(cat /tmp/handled) || exit 1
+    s=$(sudo journalctl -k -o short-unix --no-pager -g "PM: suspend entry" | tail -n 1 | cut -d" " -f1)
+    echo "handler done at $h, suspend entry at $s"
+    [ -n "$s" ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)' "$h" "$s" ;;
+  share)          # share ID: percent of a CPU task ID's unit used over 10 s
+    u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '{print $1; exit}')
+    a=$(systemctl --user show -p CPUUsageNSec --value "$u"); sleep 10
+    b=$(systemctl --user show -p CPUUsageNSec --value "$u")
+    echo $(( (b - a) / 100000000 )) ;;
+  hogs)           # hogs start|stop: two CPU hogs of the user's in app.slice
+    for n in 1 2; do
+      if [ "$2" = start ]; then systemd-run --user --quiet --slice=app.slice --unit="hog$n" sh -c 'while :; do :; done'
+      else systemctl --user stop "hog$n"; fi
+    done ;;
+  gate-layer)     # a policy layer in directories that did not exist when bgtaskd started
+    mkdir -p ~/.config/bgtask/policy.d
+    printf '[[rule]]\nid = "vm.gate"\nwhen = '"'"'task.id == "gated"'"'"'\nverdict = "defer"\nreason = "held by the new layer"\n' \
+      > ~/.config/bgtask/policy.d/50-gate.toml ;;
+  gated)
+    bgtask submit --id gated -- true > /dev/null && bgtask pending --json | grep -q "held by the new layer" ;;
+  late-manifest)
+    mkdir -p ~/.local/share/bgtask/apps
+    printf 'id = "org.example.Late"\ncommand = ["/bin/true"]\npermitted_identifiers = ["org.example.late.refresh"]\n' \
+      > ~/.local/share/bgtask/apps/org.example.Late.toml ;;
+  crashy)
+    rm -f /tmp/crashy
+    bgtask submit --id crashy -- sh -c 'echo $$ >> /tmp/crashy; echo from-the-task; exec sleep 600' ;;
+  crashy-once)    # recovered after bgtaskd's SIGKILL, and never two copies alive
+    journalctl --user -u bgtaskd -o cat | grep -q "crashy: interrupted" || exit 1
+    n=0
+    for p in $(cat /tmp/crashy); do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+    echo "$n copies alive of $(wc -l < /tmp/crashy) started"
+    [ "$n" -le 1 ] ;;
+  *) echo "guest.sh: unknown step $step" >&2; exit 2 ;;
+esac

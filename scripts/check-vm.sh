@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# bgtask on a real kernel: builds (or reuses) the Debian 12 guest of scripts/vm.sh, boots it, installs the .deb
+# that `make deb` built (dist/), and checks as its lingering user and as root what only a real systemd, logind,
+# cgroup v2, kernel uevents and S3 suspend can show. Prints one line per check and "N passed, M failed".
+#
+#   scripts/check-vm.sh          (make check-vm; CI runs it)   BGTASK_VM_KEEP=1 leaves the guest running
+set -uo pipefail
+cd "$(dirname "$0")/.."
+vm=scripts/vm.sh
+passed=0 failed=0 failures=()
+
+if [[ $(id -u) -ne 0 ]]; then echo "check-vm: run as root (the image is built with mmdebstrap --mode=root)" >&2; exit 2; fi
+need=()
+for p in qemu-system-x86 qemu-utils mmdebstrap e2fsprogs openssh-client python3; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [[ ${#need[@]} -gt 0 ]]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 || exit 1
+fi
+deb=$(ls dist/bgtask_*.deb 2>/dev/null | head -n 1)
+[[ -n "$deb" ]] || { echo "check-vm: no dist/bgtask_*.deb: run make deb first" >&2; exit 2; }
+
+$vm image || exit 1
+$vm boot || exit 1
+[[ "${BGTASK_VM_KEEP:-0}" == 1 ]] || trap '$vm halt' EXIT
+
+ok() { passed=$((passed + 1)); echo "ok - $1"; }
+fail() { failed=$((failed + 1)); failures+=("$1"); echo "not ok - $1: $2"; }
+# check NAME COMMAND...: passes if the command exits 0; its output is shown when it does not.
+check() {
+  local name=$1 out; shift
+  if out=$("$@" 2>&1); then ok "$name"; else fail "$name" "$(echo "$out" | tail -n 15)"; fi
+}
+g() { $vm run --timeout 120 "$@"; }
+groot() { $vm run --root --timeout 120 "$@"; }
+# Waits (bounded) until a guest command succeeds: for what the guest does on its own (a unit starting).
+until_guest() {
+  local limit=$1; shift
+  for _ in $(seq "$limit"); do g "$@" >/dev/null 2>&1 && return 0; sleep 1; done
+  g "$@"
+}
+
+$vm put "$deb" Tests/VM/guest.sh /tmp/ && groot "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq /tmp/$(basename "$deb") >/dev/null" \
+  || { echo "check-vm: the .deb did not install"; exit 1; }
+step() { g "sh /tmp/guest.sh $*"; }
+$vm power ac >/dev/null
+
+# --- the daemon as a user gets it
+check "systemctl --user enable --now bgtaskd; it serves" g 'systemctl --user enable --now bgtaskd && systemctl --user is-active bgtaskd && bgtask pending'
+check "D-Bus activation starts a stopped bgtaskd" g 'systemctl --user stop bgtaskd && busctl --user call io.github.bgtask.Scheduler1 /io/github/bgtask/Scheduler1 io.github.bgtask.Scheduler1 GetStatus >/dev/null && systemctl --user is-active bgtaskd'
+
+# --- 1: a lingering user logged in over ssh gets both delay locks (a combined sleep:shutdown one is refused)
+g 'bgtask submit --id hold -- sleep 600' >/dev/null
+check "submit runs as a transient unit in background.slice" until_guest 20 'sh /tmp/guest.sh unit-running hold'
+check "delay locks: sleep and shutdown, each held while a task runs" until_guest 10 'sh /tmp/guest.sh locks'
+check "no lock refused, none said released that was not held" g '! journalctl --user -u bgtaskd -o cat | grep -E "refused the (sleep|shutdown) delay lock|no delay lock was held"'
+g 'bgtask cancel hold' >/dev/null
+
+# --- 2: a refresh task that takes 1.5 s to handle SIGTERM ends before the kernel suspends
+step feed >/dev/null
+until_guest 20 'sh /tmp/guest.sh unit-running feed' >/dev/null
+groot 'systemctl suspend --no-block'
+for _ in $(seq 60); do $vm monitor "info status" | grep -q suspended && break; sleep 1; done
+$vm monitor system_wakeup >/dev/null
+check "the refresh task's SIGTERM handler finished before the kernel suspended" until_guest 60 'sh /tmp/guest.sh handled-before-suspend'
+check "the delay locks were released only after it" g 'journalctl --user -u bgtaskd -o cat | grep -q "ready for sleep; delay locks released"'
+
+# --- 3: a capped background task yields to the user's work (two hogs in app.slice), and gets its cap alone
+$vm power battery >/dev/null
+g 'bgtask submit --id heavy --cpu-heavy -- sh -c "while :; do :; done"' >/dev/null
+until_guest 30 'systemctl --user show -p CPUQuotaPerSecUSec "bgtask-heavy-*" | grep -q "=250ms"' >/dev/null
+alone=$(step share heavy)
+step hogs start >/dev/null 2>&1
+busy=$(step share heavy)
+step hogs stop >/dev/null 2>&1
+g 'bgtask cancel heavy' >/dev/null 2>&1
+echo "# CPU of a task capped at 25 %: alone ${alone:-?} %, beside two hogs in app.slice ${busy:-?} %"
+check "a capped background task gets its cap alone (20-30 %)" test "${alone:-0}" -ge 20 -a "${alone:-0}" -le 30
+check "beside two hogs in app.slice it gets at most 5 %" test "${busy:-100}" -le 5
+$vm power ac >/dev/null
+
+# --- 4: a policy layer and a manifest created while bgtaskd runs, on an account that has neither directory
+g 'rm -rf ~/.config/bgtask ~/.local/share/bgtask; systemctl --user restart bgtaskd' >/dev/null
+step gate-layer
+check "a policy layer in a directory created after bgtaskd started is in force" until_guest 10 'sh /tmp/guest.sh gated'
+g 'bgtask cancel gated' >/dev/null 2>&1
+step late-manifest
+check "a manifest created after bgtaskd started is read without SIGHUP" until_guest 10 'bgtask apps 2>/dev/null | grep -q org.example.Late'
+
+# --- recovery, output, journal
+step crashy >/dev/null
+until_guest 20 'sh /tmp/guest.sh unit-running crashy' >/dev/null
+check "bgtask output reads a unit's output from the journal" until_guest 10 'bgtask output crashy 2>/dev/null | grep -q from-the-task'
+g 'systemctl --user kill -s KILL bgtaskd' >/dev/null
+check "kill -9 of bgtaskd: restarted, the task ended and queued again, never two copies" until_guest 30 \
+  'systemctl --user start bgtaskd && sh /tmp/guest.sh crashy-once'
+g 'bgtask cancel crashy' >/dev/null 2>&1
+
+# --- 5: libdispatch's "Failed to set thread priority" (a worker of user-initiated QoS reniced to -4, refused to
+# a user's service): counted for the record, not yet silenced (see docs/architecture.md, "Known").
+echo "# journal: $(g 'journalctl --user -o cat | grep -c "Failed to set thread priority"') libdispatch thread-priority lines"
+
+echo
+echo "check-vm: $passed passed, $failed failed"
+for f in "${failures[@]}"; do echo "  failed: $f"; done
+[[ $failed -eq 0 ]]
