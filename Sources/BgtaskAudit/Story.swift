@@ -65,7 +65,9 @@ public enum Story {
                 var line = "Started \(at)"
                 // Where it ran, when that is not this process's child: the unit to look for in systemctl and the journal.
                 if e.detail.hasPrefix("systemd unit ") { line += " as \(e.detail.split(separator: ",").first ?? "")" }
-                if let d = lastDeferral, let rule = rules(d).first, case .object(let now)? = e.conditions.flatMap({ try? JSONValue.parse($0) }) {
+                if e.detail.contains("launched by bgtask debug launch") {
+                    line += ", launched by bgtask debug launch whatever the conditions"
+                } else if let d = lastDeferral, let rule = rules(d).first, case .object(let now)? = e.conditions.flatMap({ try? JSONValue.parse($0) }) {
                     let changed = rule.readings.compactMap { name, before -> String? in
                         guard let after = now.first(where: { $0.0 == name })?.1, after != before else { return nil }
                         return "\(name) became \(show(after))"

@@ -49,6 +49,9 @@ public enum Schedule {
         public var maxRunning: Int
         public var maxRunningHeavy: Int
         public var maxPendingPerApp: Int
+        /// An app's pending requests by kind (Apple's limits: 1 refresh, 10 processing); continued work is not limited.
+        public var maxPendingRefresh = 1
+        public var maxPendingProcessing = 10
         public var retryBackoff: Double
         public var retryBackoffMax: Double
         /// Seconds of background runtime an app's tasks may have on battery each day (Android-style quota).
@@ -68,6 +71,21 @@ public enum Schedule {
             self.init(maxRunning: Int(s.number("daemon.max_running")), maxRunningHeavy: Int(s.number("daemon.max_running_heavy")),
                       maxPendingPerApp: Int(s.number("daemon.max_pending_per_app")), retryBackoff: s.number("daemon.retry_backoff"),
                       retryBackoffMax: s.number("daemon.retry_backoff_max"), appBatteryBudget: s.number("daemon.app_battery_budget"))
+            maxPendingRefresh = Int(s.number("daemon.max_pending_refresh"))
+            maxPendingProcessing = Int(s.number("daemon.max_pending_processing"))
+        }
+
+        /// nil if an app with `pending` requests of `kind` may have one more, else why not (Apple's
+        /// `tooManyPendingTaskRequests`).
+        public func pendingOfKind(_ kind: String, app: String, pending: Int) -> String? {
+            let (most, setting): (Int, String)
+            switch kind {
+            case "refresh": (most, setting) = (maxPendingRefresh, "daemon.max_pending_refresh")
+            case "processing": (most, setting) = (maxPendingProcessing, "daemon.max_pending_processing")
+            default: return nil
+            }
+            guard pending >= most else { return nil }
+            return "\(app) has \(pending) pending \(kind) request\(pending == 1 ? "" : "s"), the most \(setting) allows"
         }
 
         /// nil if an app that has used `used` seconds on battery today may start more work now, else why not.

@@ -257,8 +257,8 @@ public struct TaskMachine: Sendable {
         }
     }
 
-    /// Starts a waiting task now whatever the policy says (`bgtask debug launch`); the policy governs it from
-    /// the next step on, as it does any running task.
+    /// Starts a waiting task now whatever the policy says (`bgtask debug launch`); from then on only run and
+    /// throttle verdicts apply to it (`apply`): the conditions that would have kept it waiting do not end it.
     public mutating func launchNow(now: Double) -> [TaskAction] {
         guard phase == .waiting else { return [] }
         phase = .running(cpuCap: nil); startedAt = now; task.running = 0; forced = true; startBlock = nil
@@ -333,6 +333,10 @@ public struct TaskMachine: Sendable {
     mutating func apply(_ d: Decision, now: Double) -> [TaskAction] {
         switch (phase, d.verdict) {
         case (.expiring, _), (.finished, _), (.gaveUp, _):
+            return []
+        // A debug launch (Apple's _simulateLaunchForTaskWithIdentifier) runs whatever the conditions say: a
+        // defer, pause or expire verdict does not end it; its budget, an explicit expiry and cancel still do.
+        case (.running, .defer) where forced, (.running, .pause) where forced, (.running, .expire) where forced:
             return []
         // Not started: anything but run/throttle keeps it waiting (an expire verdict cannot stop what has not begun).
         case (.waiting, .run):

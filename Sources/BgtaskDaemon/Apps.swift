@@ -131,7 +131,7 @@ extension Daemon {
             }
             do { try AppManifests.setEnabled(app, on) } catch { return .failure(BusError(SchedulerBus.ErrorName.unavailable, "the switch cannot be written: \(error)")) }
             disabledApps = AppManifests.disabled()
-            if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id) } }
+            if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
             return .success([])
         default:
@@ -165,12 +165,11 @@ extension Daemon {
             return appSubmit(manifest, opts, call).map { [] }
         case "AppCancel":
             guard let identifier = str(1) else { return bad("AppCancel takes (s app_id, s identifier)") }
-            if let e = pending[appKey(app, identifier)] {
-                _ = cancel(e.row.id)
-            }
+            // Its pending request and its running task, as the library's doc promises (Apple's cancel does both).
+            _ = cancel(appKey(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
             return .success([])
         case "AppCancelAll":
-            for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id) }
+            for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
         case "AppPending":
             let mine = listPending().filter { $0["app"]?.string == app }.map { d -> [String: BusValue] in
@@ -235,8 +234,21 @@ extension Daemon {
         guard m.permits(identifier) else {
             return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
         }
+        // As in iOS 26: a wildcard (`prefix.*`) permits continued tasks only; refresh and processing work needs its
+        // identifier listed as it is.
+        guard kind == "continued" || m.identifiers.contains(identifier) else {
+            return .failure(BusError(SchedulerBus.ErrorName.notPermitted,
+                                     "\(identifier) matches only a wildcard in \(m.path), which permits continued tasks; list it as it is for \(kind) work"))
+        }
         guard m.kinds.contains(kind) else {
             return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
+        }
+        // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
+        let key0 = appKey(m.id, identifier)
+        var ofKind = 0
+        for e in pending.values where e.row.app == m.id && e.row.kind == kind && e.row.id != key0 { ofKind += 1 }
+        if let why = limits.pendingOfKind(kind, app: m.id, pending: ofKind) {
+            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, why))
         }
         if !allowSubmit(call.sender) {
             return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, "too many submissions; slow down"))
@@ -357,7 +369,7 @@ extension Daemon {
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
         for (id, e) in pending where e.row.app == app && e.row.kind == "continued" {
-            _ = cancel(id)
+            _ = cancel(id, by: "bgtaskd: \(app) \(why)")
         }
         afterRound(conditionsChanged: false)
     }

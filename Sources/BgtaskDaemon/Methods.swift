@@ -179,16 +179,18 @@ extension Daemon {
         return .success(id)
     }
 
-    func cancel(_ id: String) -> Result<String, BusError> {
+    /// Removes the pending request `id` and expires its running task. `by` is who asked, as the audit trail
+    /// records it ("bgtask cancel", "the app (cancelAllTaskRequests)", …): never the user for what an app did.
+    func cancel(_ id: String, by who: String = "bgtask cancel") -> Result<String, BusError> {
         var done: [String] = []
         if let e = pending.removeValue(forKey: id) {
             try? store.remove(id, state: "pending")
-            audit.record(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (bgtask cancel)", decision: nil,
+            audit.record(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
             done.append("removed the pending request")
         }
         if let e = running[id], !e.supervisor.isDone {
-            e.supervisor.expireNow(now: monotonic(), why: "cancelled by the user")
+            e.supervisor.expireNow(now: monotonic(), why: "cancelled by \(who)")
             done.append("expired the running task")
         }
         guard !done.isEmpty else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no task \(id)")) }
@@ -199,7 +201,7 @@ extension Daemon {
     /// The caller's own pending requests: the command tasks (an app's go with `AppCancelAll` or `apps disable`).
     func cancelAll() -> Int {
         let ids = pending.keys.sorted().filter { pending[$0]?.row.isAppTask == false }
-        for id in ids { _ = cancel(id) }
+        for id in ids { _ = cancel(id, by: "bgtask cancel --all") }
         return ids.count
     }
 

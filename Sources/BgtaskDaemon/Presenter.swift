@@ -84,8 +84,12 @@ final class Presenter {
     func action(_ s: Shown, _ action: String) {
         switch action {
         case "cancel":
-            daemon.say("\(s.key): cancelled by the user (\(s.surface == .jobView ? "job view" : "notification"))")
-            _ = daemon.cancel(s.key)
+            // Only the run this surface shows: once it has ended, a Cancel on a lingering notification must not
+            // reach a newer request with the same identifier.
+            guard !s.ended, shown[s.key] === s else { return }
+            let surface = s.surface == .jobView ? "job view" : "notification"
+            daemon.say("\(s.key): cancelled by the user (\(surface))")
+            _ = daemon.cancel(s.key, by: "the user (\(surface))")
         case "continue":
             s.watch.keepGoing(now: monotonic())
             s.stalledShown = false

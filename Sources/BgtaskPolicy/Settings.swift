@@ -17,6 +17,8 @@ public struct PolicySettings: Sendable, Equatable {
         ("daemon.max_running", "bgtaskd: how many tasks run at once"),
         ("daemon.max_running_heavy", "bgtaskd: how many CPU-heavy tasks run at once (within max_running)"),
         ("daemon.max_pending_per_app", "bgtaskd: pending requests one app (or the command line) may have"),
+        ("daemon.max_pending_refresh", "bgtaskd: pending refresh requests one app may have (Apple's limit: 1)"),
+        ("daemon.max_pending_processing", "bgtaskd: pending processing requests one app may have (Apple's limit: 10)"),
         ("daemon.retry_backoff", "bgtaskd: wait before the first retry of a failed --retry task; doubled each time"),
         ("daemon.retry_backoff_max", "bgtaskd: the longest wait between retries"),
         ("daemon.app_battery_budget", "bgtaskd: background runtime an app's tasks may have on battery each day"),
@@ -28,6 +30,7 @@ public struct PolicySettings: Sendable, Equatable {
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
         "run.progress_stalled": .duration(60), "run.progress_expire": .duration(180),
         "daemon.max_running": .number(4), "daemon.max_running_heavy": .number(1), "daemon.max_pending_per_app": .number(1000),
+        "daemon.max_pending_refresh": .number(1), "daemon.max_pending_processing": .number(10),
         "daemon.retry_backoff": .duration(30), "daemon.retry_backoff_max": .duration(3600), "daemon.app_battery_budget": .duration(600),
     ]
 
@@ -38,7 +41,8 @@ public struct PolicySettings: Sendable, Equatable {
                                                        "daemon.app_battery_budget": 86_400]
     /// Upper bounds of number settings other than percentages (which are 0–100); 200 when not listed.
     public static let maxNumber: [String: Double] = ["daemon.max_running": 256, "daemon.max_running_heavy": 256,
-                                                     "daemon.max_pending_per_app": 100_000]
+                                                     "daemon.max_pending_per_app": 100_000, "daemon.max_pending_refresh": 100_000,
+                                                     "daemon.max_pending_processing": 100_000]
 
     public func number(_ name: String) -> Double {
         if case .number(let n)? = values[name] { return n }

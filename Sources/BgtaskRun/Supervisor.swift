@@ -5,7 +5,7 @@ import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
-import CLinux
+@preconcurrency import CLinux
 
 /// What stands in for a process when the task runs inside an app (bgtaskd's app tasks): the app is told to
 /// start and to stop, and says when it is done (`Supervisor.appCompleted`).
@@ -283,8 +283,9 @@ public final class Supervisor {
         if wasWaiting, machine.startBlock != nil || (d.verdict != .run && d.verdict != .throttle) {
             let text: String
             switch machine.startBlock {
-            case .earliest(let e)?: text = "not before \(clockText(wallClockNow() + (e - now))) (its earliest begin date); the policy would run it now"
-            case .noSlot(let why)?: text = "\(why); the policy would run it now"
+            // Not "the policy would run it now": read an hour before the date, that sounded like "it runs now".
+            case .earliest(let e)?: text = "not before \(clockText(wallClockNow() + (e - now))) (its earliest begin date, in \(formatDuration(max(0, e - now)))); no rule holds it back"
+            case .noSlot(let why)?: text = "\(why); no rule holds it back"
             case nil: text = explain(d)
             }
             // Shared with the tasks before it in this evaluation that wait for the same reason.

@@ -49,6 +49,22 @@ struct AuditTests {
         #expect(Story.summary(entries.last!).hasPrefix("backup: finished "))
     }
 
+    @Test("a debug launch is told as one, not as a start the conditions made")
+    func storyOfADebugLaunch() throws {
+        let log = try AuditLog(path: tempDB())
+        log.runID = "sync-1"
+        let task = TaskFields(id: "sync")
+        let off: [String: PolicyValue] = ["power.external": .bool(false)]
+        log.record(RunEvent(kind: .deferred, monotonic: 0, detail: "waiting",
+                            decision: decision(.defer, rule: "processing.needs-power", reason: "waiting for external power",
+                                               readings: [Reading(name: "power.external", value: .bool(false))]),
+                            conditions: off, exitStatus: nil), task: task)
+        log.record(RunEvent(kind: .started, monotonic: 1, detail: "pid 7, waited 1s; launched by bgtask debug launch, whatever the conditions",
+                            decision: nil, conditions: off, exitStatus: nil), task: task)
+        let story = Story.tell(try log.entries(task: "sync"))
+        #expect(story.contains("launched by bgtask debug launch whatever the conditions."), "\(story)")
+    }
+
     @Test("retention drops old entries; a reader opened read-only sees what a writer wrote")
     func retentionAndReaders() throws {
         let path = tempDB()

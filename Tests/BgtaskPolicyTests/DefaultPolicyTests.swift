@@ -149,6 +149,27 @@ struct TaskMachineTests {
         #expect(m.exitStatus == 75)
     }
 
+    @Test("a debug launch runs whatever the conditions say: later defer, pause and expire verdicts leave it running; its budget still ends it")
+    func debugLaunchIsNotEndedByConditions() throws {
+        let p = try defaultPolicy()
+        var t = TaskFields(id: "sync", kind: "refresh")
+        t.requiresExternalPower = true
+        var limits = TaskLimits(budget: 30, expireGrace: 5)
+        limits.pauseExpires = true   // an app's task: a defer verdict would expire it
+        var m = TaskMachine(task: t, enqueuedAt: 0, limits: limits)
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        let battery: [String: PolicyValue] = ["power.external": .bool(false), "thermal.state": .string("nominal"), "battery.percent": .number(60)]
+        #expect(at(0, battery) == [])
+        #expect(m.launchNow(now: 1) == [.start])
+        // The next unrelated reading (a battery tick) must not end it at a random moment.
+        #expect(at(2, battery.merging(["battery.percent": .number(59)]) { $1 }) == [])
+        #expect(at(3, battery.merging(["thermal.state": .string("critical")]) { $1 }) == [])
+        #expect(m.phase == .running(cpuCap: nil))
+        #expect(at(31, battery) == [.expire(grace: 5, why: .budget(30))])
+    }
+
     @Test("give-up in virtual time: --max-wait at its instant, --no-wait at the first decision, a signal while waiting")
     func givingUpInVirtualTime() throws {
         let p = try defaultPolicy()

@@ -22,9 +22,17 @@ if mode == "submit":
     s.AppRegister(APP, ident)
     s.AppSubmit(APP, dbus.Dictionary({"identifier": ident, "kind": sys.argv[2], "requires_external_power": dbus.Boolean(sys.argv[3] == "power")}, signature="sv"))
     sys.exit(0)
-if mode == "try":
+if mode == "cancel":
+    s.AppCancel(APP, sys.argv[2] if len(sys.argv) > 2 else IDENT)
+    sys.exit(0)
+if mode == "cancelall":
+    s.AppCancelAll(APP)
+    sys.exit(0)
+if mode == "try":   # try IDENT [KIND]: a request due in an hour (it stays pending), and what bgtaskd said
+    import time
     try:
-        s.AppSubmit(APP, dbus.Dictionary({"identifier": sys.argv[2], "kind": "refresh"}, signature="sv"))
+        s.AppSubmit(APP, dbus.Dictionary({"identifier": sys.argv[2], "kind": sys.argv[3] if len(sys.argv) > 3 else "refresh",
+                                          "earliest": dbus.Double(time.time() + 3600)}, signature="sv"))
         print("accepted")
     except dbus.exceptions.DBusException as e:
         print(e.get_dbus_name())
@@ -187,6 +195,30 @@ extension UmockdevIntegrationTests {
 }
 
 extension UmockdevIntegrationTests {
+    @Test("an app's cancel(taskRequestWithIdentifier:) expires its running task; cancelAllTaskRequests removes its pending ones; the audit trail names the app, not bgtask cancel")
+    func appCancelsItsOwnWork() throws {
+        try requirePreload()
+        let (app, tb, laptop, d) = try FakeApp.onBattery()
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        #expect(try app.run(d, ["submit", "refresh", "power"]).0 == 0)
+        #expect(try app.run(d, ["cancelall"]).0 == 0)
+        #expect(try d.pending().isEmpty)
+        let (_, gone, _) = try d.bgtask(["why", key])
+        #expect(gone.contains("the app (cancelAllTaskRequests)") && !gone.contains("bgtask cancel"), "\(gone)")
+
+        _ = tb.plug(laptop, true)
+        d.daemon?.process.terminate()
+        _ = d.daemon?.waitExit(within: 15)
+        var env = app.env
+        env["HANG"] = "1"
+        let hung = try SessionDaemon(policy: app.policy, preload: true, daemonEnv: env, extraEnv: app.env)
+        #expect(try app.run(hung, ["submit", "processing", "none"]).0 == 0)
+        _ = try #require(hung.said("\(key): delivered"), "\(hung.daemon?.stderr ?? "")")
+        #expect(try app.run(hung, ["cancel"]).0 == 0)
+        _ = try #require(hung.said("\(key): finished"), "\(hung.daemon?.stderr ?? "")")
+        #expect(app.notes.contains("expire com.example.colorfeed.refresh: cancelled by the app (cancel(taskRequestWithIdentifier:))"), "\(app.notes)")
+    }
+
     @Test("an app that used its daily battery budget waits on battery with that reason, and runs when the charger comes")
     func appBatteryBudget() throws {
         try requirePreload()
@@ -210,5 +242,45 @@ extension UmockdevIntegrationTests {
         #expect(waiting.contains("daily battery budget"), "\(waiting)")
         tb.plug(laptop, true)
         _ = try #require(d.said("\(key): started"), "not started on the charger: \(d.daemon?.stderr ?? "")")
+    }
+}
+
+@Suite("Apple's limits for an app's requests")
+struct AppLimitTests {
+    func manifest(_ app: FakeApp, identifiers: [String]) throws {
+        try """
+        id = "com.example.ColorFeed"
+        command = ["/bin/true"]
+        permitted_identifiers = [\(identifiers.map { "\"\($0)\"" }.joined(separator: ", "))]
+        """.write(to: app.dataHome.appendingPathComponent("bgtask/apps/com.example.ColorFeed.toml"), atomically: true, encoding: .utf8)
+    }
+
+    @Test("one pending refresh per app (TooManyPendingTaskRequests beyond; a resubmit replaces its own); a wildcard permits continued tasks only")
+    func applesLimits() throws {
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        try manifest(app, identifiers: ["com.example.colorfeed.refresh", "com.example.colorfeed.db_cleaning", "com.example.colorfeed.dyn.*"])
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        func attempt(_ ident: String, _ kind: String) throws -> String { try app.run(d, ["try", ident, kind]).1 }
+        #expect(try attempt("com.example.colorfeed.refresh", "refresh").contains("accepted"))
+        #expect(try attempt("com.example.colorfeed.refresh", "refresh").contains("accepted"))
+        #expect(try attempt("com.example.colorfeed.db_cleaning", "refresh").contains("Error.TooManyPendingTaskRequests"))
+        #expect(try attempt("com.example.colorfeed.dyn.1", "continued").contains("accepted"))
+        #expect(try attempt("com.example.colorfeed.dyn.x", "processing").contains("Error.NotPermitted"))
+        #expect(try attempt("com.example.colorfeed.dyn.x", "refresh").contains("Error.NotPermitted"))
+        #expect(try attempt("com.example.colorfeed.db_cleaning", "processing").contains("accepted"))
+    }
+
+    @Test("ten pending processing requests are the most, the eleventh is refused; daemon.max_pending_processing raises it")
+    func processingLimit() throws {
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        try manifest(app, identifiers: (0..<12).map { "com.example.colorfeed.p\($0)" })
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        for n in 0..<10 { #expect(try app.run(d, ["try", "com.example.colorfeed.p\(n)", "processing"]).1.contains("accepted")) }
+        #expect(try app.run(d, ["try", "com.example.colorfeed.p10", "processing"]).1.contains("Error.TooManyPendingTaskRequests"))
+        try p.userPolicy("60-more.toml", "[daemon]\nmax_pending_processing = 11\n")
+        _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
+        #expect(try app.run(d, ["try", "com.example.colorfeed.p10", "processing"]).1.contains("accepted"))
     }
 }
