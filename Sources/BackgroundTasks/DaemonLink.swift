@@ -134,6 +134,15 @@ final class DaemonLink: @unchecked Sendable {
     // MARK: Registering and saying ready
 
     func register(_ identifier: String, queue: DispatchQueue?, handler: @escaping (BGTask) -> Void) -> Bool {
+        // Apple stops the app here for refresh and processing work ("All launch handlers must be registered before
+        // application finishes launching"): once bgtaskd was told the app is ready, a due task may already have
+        // been delivered and missed (bgtaskd records it as not handled). Continued tasks may register later, and
+        // the library cannot tell which this is, so it says so loudly and goes on.
+        if lock.withLock({ readySent }) {
+            DaemonLink.warn("register(forTaskWithIdentifier: \(identifier)) after the app finished launching: a refresh or processing "
+                            + "handler must be registered before (before the first submit); a launch that came first was not "
+                            + "handled (Apple's BGTaskScheduler stops the app at this mistake)")
+        }
         if lock.withLock({ handlers[identifier] != nil }) {
             DaemonLink.warn("a launch handler for \(identifier) is registered already; the first one stays")
             return false
@@ -203,12 +212,16 @@ final class DaemonLink: @unchecked Sendable {
             task = BGContinuedProcessingTask(identifier: identifier, title: title, subtitle: subtitle, link: self)
         default: task = BGProcessingTask(identifier: identifier, link: self)
         }
-        lock.withLock { running[identifier] = task }
         guard let registration else {
-            DaemonLink.warn("no launch handler is registered for \(identifier); it is completed unsuccessfully (register it before the app finishes launching)")
-            task.setTaskCompleted(success: false)
+            // The library's failure, not the app's: said to bgtaskd as such (not as an unsuccessful completion).
+            let why = "no launch handler is registered for \(identifier) (register it before the app finishes launching)"
+            DaemonLink.warn(why)
+            _ = call("AppLaunchReceived", [.string(app), .string(identifier), .bool(false), .string(why)])
             return
         }
+        lock.withLock { running[identifier] = task }
+        // Said before the handler can run (and complete): a process that leaves before this is launched again.
+        _ = call("AppLaunchReceived", [.string(app), .string(identifier), .bool(true), .string("")])
         if let c = task as? BGContinuedProcessingTask { sample(c) }
         registration.queue.async { registration.handler(task) }
     }

@@ -41,6 +41,10 @@ final class AppTask: AppTaskHooks {
     let identifier: String
     /// Started but not yet handed to the app (it is being launched, or has not said it is ready).
     var delivered = false
+    /// The app said its launch handler runs (`AppLaunchReceived`): from then on, leaving the bus is its failure.
+    var handling = false
+    /// Times the app left before handling it and was launched again for it (bounded: an app that always does so).
+    var relaunches = 0
     init(daemon: Daemon, app: String, identifier: String) {
         self.daemon = daemon
         self.app = app
@@ -184,6 +188,20 @@ extension Daemon {
                 return d
             }
             return .success([.dicts(mine)])
+        case "AppLaunchReceived":
+            guard let identifier = str(1), call.args.count == 4, let handled = call.args[2]?.bool, let reason = str(3) else {
+                return bad("AppLaunchReceived takes (s app_id, s identifier, b handled, s reason)")
+            }
+            guard let e = running[appKey(app, identifier)], let t = e.supervisor.app as? AppTask, t.delivered else {
+                return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) of \(app) is not being launched"))
+            }
+            if handled { t.handling = true; return .success([]) }
+            // The library had nothing to run it with (a handler registered too late): said as the library's, not
+            // as "completed by the app, unsuccessfully", which the app never did.
+            let why = Terminal.safe(String(reason.prefix(512)))
+            say("\(e.row.id): not handled by \(app): \(why)")
+            e.supervisor.appCompleted(success: false, detail: "not handled: \(why)")
+            return .success([])
         case "AppComplete":
             guard let identifier = str(1), call.args.count == 3, let ok = call.args[2]?.bool else { return bad("AppComplete takes (s app_id, s identifier, b success)") }
             guard let e = running[appKey(app, identifier)] else {
@@ -361,9 +379,12 @@ extension Daemon {
     func appGone(_ app: String, why: String) {
         clients[app] = nil
         for e in running.values where e.row.app == app && !e.supervisor.isDone {
-            if let t = e.supervisor.app as? AppTask, !t.delivered {
-                // Never handed over (the app that left had not said it was ready): launch the app for it.
-                say("\(e.row.id): \(deliver(t, kind: e.row.kind))")
+            if let t = e.supervisor.app as? AppTask, !t.handling, t.relaunches < 3 {
+                // Never handed over, or handed to a process that left before its handler ran (a command-line app
+                // exiting right after it scheduled the work): the app is launched for it, as iOS would.
+                if t.delivered { t.relaunches += 1 }
+                t.delivered = false
+                say("\(e.row.id): \(app) \(why) before handling it; \(deliver(t, kind: e.row.kind))")
                 continue
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")

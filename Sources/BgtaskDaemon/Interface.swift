@@ -80,6 +80,14 @@ public enum SchedulerInterface {
           <arg name="app_id" type="s" direction="in"/>
           <arg name="tasks" type="aa{sv}" direction="out"/>
         </method>
+        <!-- A launch received: its handler runs now (handled true), or the app has none for it (the reason). An app
+             that leaves the bus before saying "handled" is launched again for the task: nothing is lost. -->
+        <method name="AppLaunchReceived">
+          <arg name="app_id" type="s" direction="in"/>
+          <arg name="identifier" type="s" direction="in"/>
+          <arg name="handled" type="b" direction="in"/>
+          <arg name="reason" type="s" direction="in"/>
+        </method>
         <method name="AppComplete">
           <arg name="app_id" type="s" direction="in"/>
           <arg name="identifier" type="s" direction="in"/>

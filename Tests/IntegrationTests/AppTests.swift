@@ -22,6 +22,23 @@ if mode == "submit":
     s.AppRegister(APP, ident)
     s.AppSubmit(APP, dbus.Dictionary({"identifier": ident, "kind": sys.argv[2], "requires_external_power": dbus.Boolean(sys.argv[3] == "power")}, signature="sv"))
     sys.exit(0)
+if mode in ("submit-ready", "unhandled"):
+    # submit-ready: a command-line app that schedules work and exits: it says it is ready (as the library does at
+    # its first submit), submits a refresh due now, and leaves on the Launch without having run a handler.
+    # unhandled: the library had no handler for the launch and says so.
+    loop = GLib.MainLoop()
+    def on_launch(app, ident, kind):
+        note(f"{mode} got launch {ident}")
+        if mode == "unhandled":
+            s.AppLaunchReceived(APP, ident, False, "no launch handler is registered for " + ident)
+        loop.quit()
+    bus.add_signal_receiver(on_launch, "Launch", "io.github.bgtask.Scheduler1")
+    s.AppRegister(APP, IDENT)
+    s.AppReady(APP)
+    s.AppSubmit(APP, dbus.Dictionary({"identifier": IDENT, "kind": "refresh"}, signature="sv"))
+    GLib.timeout_add(20000, loop.quit)
+    loop.run()
+    sys.exit(0)
 if mode == "cancel":
     s.AppCancel(APP, sys.argv[2] if len(sys.argv) > 2 else IDENT)
     sys.exit(0)
@@ -282,5 +299,36 @@ struct AppLimitTests {
         try p.userPolicy("60-more.toml", "[daemon]\nmax_pending_processing = 11\n")
         _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
         #expect(try app.run(d, ["try", "com.example.colorfeed.p10", "processing"]).1.contains("accepted"))
+    }
+}
+
+@Suite("an app's launches as on iOS")
+struct AppLaunchTests {
+    @Test("work scheduled by a command-line app that exits on the launch is not lost: bgtaskd launches the app for it, which completes it")
+    func exitingAppIsLaunchedAgain() throws {
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        #expect(try app.run(d, ["submit-ready"]).0 == 0)
+        let again = try #require(d.said("before handling it"), "\(d.daemon?.stderr ?? "")")
+        #expect(again.contains("launched com.example.ColorFeed"), "\(again)")
+        _ = try #require(d.said("\(key): finished"), "\(d.daemon?.stderr ?? "")")
+        #expect(app.notes.contains("submit-ready got launch") && app.notes.contains("started 1"), "\(app.notes)")
+        let (_, why, _) = try d.bgtask(["why", key])
+        #expect(why.contains("completed by the app") && !why.contains("unsuccessfully") && !why.contains("left the bus"), "\(why)")
+    }
+
+    @Test("a launch the library could not hand to a handler is recorded as not handled, never as the app's unsuccessful completion")
+    func unhandledLaunchIsTheLibrarys() throws {
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        #expect(try app.run(d, ["unhandled"]).0 == 0)
+        _ = try #require(d.said("\(key): finished"), "\(d.daemon?.stderr ?? "")")
+        let (_, why, _) = try d.bgtask(["why", key])
+        #expect(why.contains("not handled: no launch handler is registered for com.example.colorfeed.refresh"), "\(why)")
+        #expect(!why.contains("completed by the app"), "\(why)")
     }
 }
