@@ -203,7 +203,25 @@ public final class BusConnection: @unchecked Sendable {
 
     deinit {
         for s in subscriptions { g_dbus_connection_signal_unsubscribe(raw, s.id) }
+        if closedHandlerID != 0 { g_signal_handler_disconnect(UnsafeMutableRawPointer(raw), closedHandlerID) }
         g_object_unref(UnsafeMutableRawPointer(raw))
+    }
+
+    final class ClosedHandler {
+        let action: () -> Void
+        init(_ a: @escaping () -> Void) { action = a }
+    }
+    var closedHandler: ClosedHandler?
+    var closedHandlerID: gulong = 0
+
+    /// Runs `action` when the peer goes away (or the stream fails): a manager that exits, a bus that dies. Not
+    /// for a connection this process lets go (the handler is disconnected first). One handler per connection.
+    public func onClosed(_ action: @escaping () -> Void) {
+        let h = ClosedHandler(action)
+        closedHandler = h
+        closedHandlerID = cgio_on_closed(raw, { ctx in
+            Unmanaged<ClosedHandler>.fromOpaque(ctx!).takeUnretainedValue().action()
+        }, Unmanaged.passUnretained(h).toOpaque())
     }
 
     final class Subscription {

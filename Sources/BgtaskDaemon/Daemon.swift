@@ -204,6 +204,10 @@ public final class Daemon {
         loadApps()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
         systemd?.later = { [unowned self] f in self.loop.after(0, f) }
+        systemd?.onManagerGone = { [unowned self] n in
+            self.say("the systemd user manager went away while \(n) unit(s) ran: their tasks are over")
+            self.loop.after(0) { [unowned self] in self.afterRound(conditionsChanged: false) }
+        }
         if let m = systemd { say("tasks run as transient units of the systemd user manager (\(m.how)) in background.slice") }
         recoverInterrupted()
         audit.flush()
@@ -570,7 +574,8 @@ public final class Daemon {
             if pending[r.id] == nil { add(r) }
             return
         }
-        if let token = s.runOptions.runToken, s.taskProcess?.unit == nil { endLeftovers(of: e.row.id, token: token) }
+        // Units included: a manager that crashed leaves its units' processes running.
+        if let token = s.runOptions.runToken { endLeftovers(of: e.row.id, token: token) }
         if e.row.isAppTask {
             if e.row.kind == "continued" {
                 presenter.finish(key: e.row.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.row.id) ?? "not completed")

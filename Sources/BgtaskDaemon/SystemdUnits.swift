@@ -81,10 +81,23 @@ final class SystemdUnits {
             guard args.count >= 4, let unit = args[2].string, let result = args[3].string else { return }
             self?.running.values.first { $0.unitName == unit }?.jobRemoved(result: result)
         }
+        // The manager gone while units run (it stops them as it exits, or it crashed): their tasks are over.
+        c.onClosed { [weak self] in self?.managerGone() }
         open = (c, destination)
         // On the session bus the manager sends unit signals only to subscribers.
         if destination != nil { _ = try? call("Subscribe", []) }
         return (c, destination)
+    }
+
+    /// Told when the manager went away with units running (the daemon says so; their tasks end as killed).
+    var onManagerGone: ((Int) -> Void)?
+
+    func managerGone() {
+        let units = Array(running.values)
+        guard !units.isEmpty else { return }
+        onManagerGone?(units.count)
+        for u in units { u.managerGone() }
+        later { [weak self] in self?.open = nil }
     }
 
     /// Closes the connection once no unit of ours runs (after the current event: this may be one of its signals).
@@ -321,6 +334,14 @@ final class RunningUnit: ManagedUnit {
         case 3: return (status & 0x7f) | 0x80
         default: return (status & 0xff) << 8
         }
+    }
+
+    /// The manager is gone: no state will come; the unit is over, as killed (a manager stops its units with
+    /// SIGTERM as it exits; what a crashed one left is ended by the task's run token).
+    func managerGone() {
+        guard !ended else { return }
+        if execCode == 0 { execCode = 2; execStatus = SIGTERM }
+        end()
     }
 
     func end() {

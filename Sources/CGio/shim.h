@@ -92,6 +92,21 @@ static inline gboolean cgio_sender_credentials(GDBusConnection *connection, cons
     return TRUE;
 }
 
+/* A connection's "closed" signal (the peer went away, or the stream failed), to one C callback with a context;
+ * emitted in the main context of the thread that made the connection. The handler id, for disconnecting. */
+typedef void (*cgio_closed_fn)(void *context);
+typedef struct { cgio_closed_fn fn; void *context; } cgio_closed_handler;
+static void cgio_closed_trampoline(GDBusConnection *connection, gboolean remote_peer_vanished, GError *error, gpointer data) {
+    (void)connection; (void)remote_peer_vanished; (void)error;
+    cgio_closed_handler *h = data;
+    h->fn(h->context);
+}
+static inline gulong cgio_on_closed(GDBusConnection *connection, cgio_closed_fn fn, void *context) {
+    cgio_closed_handler *h = g_new0(cgio_closed_handler, 1);
+    h->fn = fn; h->context = context;
+    return g_signal_connect_data(connection, "closed", G_CALLBACK(cgio_closed_trampoline), h, (GClosureNotify)(void (*)(void))g_free, 0);
+}
+
 static inline const GVariantType *cgio_type(const char *s) { return G_VARIANT_TYPE(s); }
 
 /* A connection to the bus at `address` (or the session bus when NULL), ready for messages. */

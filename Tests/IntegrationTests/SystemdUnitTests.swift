@@ -114,3 +114,27 @@ extension UmockdevIntegrationTests {
         #expect(try d.bgtask(["cancel", "sync"]).0 == 0)
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("the systemd user manager killed while a unit runs: bgtaskd is told by its connection closing, the task is over, and what the unit left running is ended by the run token")
+    func managerGoneWhileAUnitRuns() throws {
+        try requirePreload()
+        let manager = try UserManager()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let d = try SessionDaemon(policy: p, preload: true,
+                                  daemonEnv: ["BGTASK_SYSTEMD_UNITS": "1", "XDG_RUNTIME_DIR": manager.runtimeDirectory.path])
+        let pidFile = p.dir.appendingPathComponent("pid")
+        #expect(try d.bgtask(["submit", "--id", "orphaned", "--", "sh", "-c", "echo $$ > '\(pidFile.path)'; exec sleep 300"]).0 == 0)
+        let started = try #require(d.said("orphaned: started"), "\(d.daemon?.stderr ?? "")")
+        #expect(started.contains("systemd unit"), "\(started)")
+        let pid = try #require(numberWritten(to: pidFile, within: 10))
+        // A crash, not a stop: the manager cannot end its units, and sends no last state.
+        kill(manager.managerPID, SIGKILL)
+        _ = try #require(d.said("the systemd user manager went away while 1 unit(s) ran"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("orphaned: finished"), "\(d.daemon?.stderr ?? "")")
+        #expect(gone(pid, within: 15), "the unit's command outlived its manager and its task")
+        #expect(try d.pending().isEmpty)
+    }
+}

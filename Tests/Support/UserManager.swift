@@ -8,7 +8,7 @@ import Foundation
 public final class UserManager {
     public let runtimeDirectory: URL
     let launcher: Child
-    var managerPID: Int32 = 0
+    public private(set) var managerPID: Int32 = 0
 
     // Readiness is systemd's own READY=1 on a notify socket (an event, not a sleep); the launcher then waits for
     // SIGTERM (blocked, so one that comes early is not lost) and stops the manager, which stops its units.
