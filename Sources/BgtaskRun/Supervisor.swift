@@ -295,7 +295,8 @@ public final class Supervisor {
                 let first = lastSaid.isEmpty
                 lastSaid = waitingReason
                 record(.deferred, text, decision: d)
-                if !(first && quietFirstWait) { say("waiting: \(text)") }
+                // With --no-wait nothing waits: the run ends at once, so the words say it did not start.
+                if !(first && quietFirstWait) { say((machine.limits.noWait ? "not started: " : "waiting: ") + text) }
             }
         }
         perform(actions, d, now: now)
