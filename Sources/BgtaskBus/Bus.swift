@@ -73,17 +73,17 @@ public indirect enum BusValue: Sendable, Equatable {
         case .double(let v): return g_variant_new_double(v)
         case .strings(let a):
             var children: [OpaquePointer?] = a.map { g_variant_new_string(BusValue.validUTF8($0)) }
-            return g_variant_new_array(cgio_type("s"), &children, gsize(children.count))
+            return cgio_new_array("s", &children, gsize(children.count))
         case .dict(let d): return BusValue.dictVariant(d)
         case .dicts(let ds):
             var children: [OpaquePointer?] = ds.map { BusValue.dictVariant($0) }
-            return g_variant_new_array(cgio_type("a{sv}"), &children, gsize(children.count))
+            return cgio_new_array("a{sv}", &children, gsize(children.count))
         case .tuple(let members):
             var children: [OpaquePointer?] = members.map { $0.variant() }
             return g_variant_new_tuple(&children, gsize(children.count))
         case .array(let element, let items):
             var children: [OpaquePointer?] = items.map { $0.variant() }
-            return g_variant_new_array(cgio_type(element), &children, gsize(children.count))
+            return cgio_new_array(element, &children, gsize(children.count))
         case .variant(let inner): return g_variant_new_variant(inner.variant())
         }
     }
@@ -92,7 +92,7 @@ public indirect enum BusValue: Sendable, Equatable {
         var entries: [OpaquePointer?] = d.keys.sorted().map { k in
             g_variant_new_dict_entry(g_variant_new_string(validUTF8(k)), g_variant_new_variant(d[k]!.variant()))
         }
-        return g_variant_new_array(cgio_type("{sv}"), &entries, gsize(entries.count))
+        return cgio_new_array("{sv}", &entries, gsize(entries.count))
     }
 
     /// GVariant strings must be UTF-8 without NUL; Swift strings are UTF-8, but may hold NUL.

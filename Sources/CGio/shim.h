@@ -107,7 +107,12 @@ static inline gulong cgio_on_closed(GDBusConnection *connection, cgio_closed_fn 
     return g_signal_connect_data(connection, "closed", G_CALLBACK(cgio_closed_trampoline), h, (GClosureNotify)(void (*)(void))g_free, 0);
 }
 
-static inline const GVariantType *cgio_type(const char *s) { return G_VARIANT_TYPE(s); }
+/* An array of `element_type`. The type string is used within this call: a pointer Swift passes for a String
+   lives only as long as the call it is passed to (a small string is copied to a temporary), so no GVariantType
+   made from one may be returned to Swift and used later. */
+static inline GVariant *cgio_new_array(const char *element_type, GVariant *const *children, gsize n) {
+    return g_variant_new_array(G_VARIANT_TYPE(element_type), children, n);
+}
 
 /* A connection to the bus at `address` (or the session bus when NULL), ready for messages. */
 static inline GDBusConnection *cgio_connect(const char *address, GError **error) {

@@ -63,7 +63,7 @@ final class SessionDaemon {
     func pending() throws -> [[String: Any]] {
         let (s, o, e) = try bgtask(["pending", "--json"])
         guard s == 0, let list = try JSONSerialization.jsonObject(with: Data(o.utf8)) as? [[String: Any]] else {
-            throw DaemonTestError(message: "pending --json: status \(s), \(o) \(e)")
+            throw DaemonTestError(message: "pending --json: status \(s), \(o) \(e); bgtaskd said: \(daemon?.stderr.suffix(3000) ?? "")")
         }
         return list
     }
