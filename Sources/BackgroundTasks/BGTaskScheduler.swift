@@ -57,14 +57,19 @@ public final class BGTaskScheduler: NSObject, @unchecked Sendable {
     public func getPendingTaskRequests(completionHandler: @escaping ([BGTaskRequest]) -> Void) {
         let link = self.link
         nonisolated(unsafe) let handler = completionHandler
-        DispatchQueue.global(qos: .background).async { handler(link.pending()) }
+        BGTaskScheduler.pendingQueue.async { handler(link.pending()) }
     }
+
+    /// A serial queue, not a global one: libdispatch's first worker on a global queue starts its workqueue
+    /// monitor (a wake-up every second for the life of the app, on a thread that asks for a nice value the app
+    /// may not have: a journal line). See `Connections` in BgtaskStorage.
+    static let pendingQueue = DispatchQueue(label: "BackgroundTasks.pending", qos: .background)
 
     /// The app's pending requests.
     public func pendingTaskRequests() async -> [BGTaskRequest] {
         let link = self.link
         return await withCheckedContinuation { (c: CheckedContinuation<[BGTaskRequest], Never>) in
-            DispatchQueue.global(qos: .background).async { c.resume(returning: link.pending()) }
+            BGTaskScheduler.pendingQueue.async { c.resume(returning: link.pending()) }
         }
     }
 

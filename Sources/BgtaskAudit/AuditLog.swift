@@ -84,18 +84,19 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         do { try SecureDirectory.checkFile(path) } catch { throw AuditError(path: path, message: error.message) }
         try AuditLog.checkHeader(path)
         var config = Configuration()
-        // GRDB's queues default to userInitiated, whose worker threads libdispatch renices below the process's
-        // nice — refused (EACCES) for a user's service, logged in the journal each time. Background work's QoS.
+        // GRDB's queues default to userInitiated, whose libdispatch workers ask for nice -2: refused to an
+        // unprivileged process and logged to the journal each time. Background work's QoS (nice 10) is allowed.
         config.qos = .background
         config.readonly = readOnly
         config.busyMode = .timeout(5)
         config.prepareDatabase { db in
             if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = FULL") }
         }
+        var opened: DatabaseQueue?
         do {
-            db = try DatabaseQueue(path: path, configuration: config)
-            // One connection for the check and the work: a second, short-lived DatabaseQueue leaves a
-            // libdispatch worker behind that wakes the process every second for as long as it runs.
+            db = try Connections.open(path: path, configuration: config)
+            opened = db
+            // One connection for the check and the work (see `Connections` for what a second one would cost).
             let db = self.db
             let kind = AuditLog.kind
             func check() throws -> StateDatabase.Verdict {
@@ -123,11 +124,15 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
                 }
             }
         } catch let e as AuditError {
+            opened.map(Connections.close)
             throw e
         } catch {
+            opened.map(Connections.close)
             throw AuditError(path: path, message: "\(error)")
         }
     }
+
+    deinit { Connections.close(db) }
 
     /// Before anything else: an existing, non-empty file must at least be an SQLite database.
     static func checkHeader(_ path: String) throws {

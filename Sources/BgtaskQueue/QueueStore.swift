@@ -166,15 +166,17 @@ public final class QueueStore: @unchecked Sendable {
         self.path = path
         do { try SecureDirectory.checkFile(path) } catch { throw QueueError(path: path, message: error.message) }
         var config = Configuration()
-        // GRDB's queues default to userInitiated, whose worker threads libdispatch renices below the process's
-        // nice — refused (EACCES) for a user's service, logged in the journal each time. Background work's QoS.
+        // GRDB's queues default to userInitiated, whose libdispatch workers ask for nice -2: refused to an
+        // unprivileged process and logged to the journal each time. Background work's QoS (nice 10) is allowed.
         config.qos = .background
         config.busyMode = .timeout(5)
         // WAL with synchronous=NORMAL: a commit is in the WAL (the OS has it) when Submit replies, so a killed or
         // crashed daemon loses nothing; only a power cut can lose the last submits, which saves an fsync per call.
         config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        var opened: DatabaseQueue?
         do {
-            db = try DatabaseQueue(path: path, configuration: config)
+            db = try Connections.open(path: path, configuration: config)
+            opened = db
             // Before any write: a file that is not bgtask's queue is refused untouched.
             switch try db.read({ try QueueStore.kind.verdict($0) }) {
             case .foreign(let why): throw QueueError(path: path, message: "is an SQLite database of something else (\(why)); refusing to use it")
@@ -232,11 +234,15 @@ public final class QueueStore: @unchecked Sendable {
             }
             try m.migrate(db)
         } catch let e as QueueError {
+            opened.map(Connections.close)
             throw e
         } catch {
+            opened.map(Connections.close)
             throw QueueError(path: path, message: "\(error)")
         }
     }
+
+    deinit { Connections.close(db) }
 
     public func all() throws -> [QueuedTask] {
         try db.read { try QueuedTask.order(Column("submitted"), Column("id")).fetchAll($0) }

@@ -328,6 +328,29 @@ struct HardeningTests {
         #expect(w.0 == 73 && w.2.contains("is writable by group or others"), "\(w.2)")
     }
 
+    /// libdispatch logs "Failed to set thread priority for worker thread … errno=13" when a worker asks for a nice
+    /// value an unprivileged process may not take; a freed GRDB queue started one (and its 1 Hz monitor) in 8 of
+    /// 10 `bgtask run`s. LIBDISPATCH_LOG=stderr puts the line where the test reads it, instead of syslog.
+    @Test("as an unprivileged user, bgtask run, log and why start no libdispatch worker that asks for a priority it may not have",
+          .enabled(if: geteuid() == 0))
+    func noLibdispatchPriorityLine() throws {
+        let p = try PolicyEnv()
+        for d in ["state", "run", "config"] {
+            let path = p.dir.appendingPathComponent(d).path
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            #expect(chown(path, 65534, 65534) == 0)
+        }
+        #expect(chown(p.dir.path, 65534, 65534) == 0)
+        let env = p.environment(preload: false, ["LIBDISPATCH_LOG": "stderr", "HOME": p.dir.path])
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Child.bgtaskPath]
+        for (i, args) in ([["run", "--", "true"]] + Array(repeating: ["run", "--", "true"], count: 5)
+                          + [["log", "--no-follow"], ["why", "true"], ["run", "--id", "x", "--", "true"]]).enumerated() {
+            let r = try Child.run("/usr/bin/setpriv", asNobody + args, environment: env)
+            #expect(r.0 == 0, "\(args): \(r.2)")
+            #expect(!r.2.contains("Failed to set thread priority"), "call \(i) \(args): \(r.2)")
+        }
+    }
+
     @Test("with HOME unset, a user's state goes to their home from the password database, never a shared /tmp", .enabled(if: geteuid() == 0))
     func homeUnsetUsesPasswordDatabase() throws {
         let p = try PolicyEnv()
