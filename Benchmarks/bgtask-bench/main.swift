@@ -473,9 +473,9 @@ if want("9") {
                                  "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
                                  "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
                                  "DBUS_SESSION_BUS_ADDRESS": session.address])
-    func startDaemon() throws -> (Child, Double) {
+    func startDaemon(_ extra: [String: String] = [:]) throws -> (Child, Double) {
         let t0 = now()
-        let d = try Child(daemonPath, ["--no-dbus"], environment: env)
+        let d = try Child(daemonPath, ["--no-dbus"], environment: env.merging(extra) { $1 })
         // Answering: the first GetStatus that gets a reply (asked every millisecond until then).
         let client = try BusConnection(address: session.address)
         while (try? client.call("GetStatus", [], timeoutMs: 1000)) == nil {
@@ -533,6 +533,22 @@ if want("9") {
     print(String(format: "| bgtaskd RSS, 10,000 pending, %.0f s after its start | 1 | %.1f MB | |", settledAfter,
                  rssMB(daemon.process.processIdentifier)))
     smapsReport(daemon.process.processIdentifier, "bgtaskd, 10,000 pending")
+    // One ListPending of all 10,000 (what `bgtask pending --json` asks): the reply's memory must be given back.
+    // The peer: the same daemon with GLib's slice allocator (G_SLICE set empty: bgtaskd then does not re-exec).
+    for (label, extra) in [("", [:]), (" (GLib's slices: G_SLICE empty)", ["G_SLICE": ""])] {
+        if !extra.isEmpty {
+            daemon.stop()
+            (daemon, _) = try startDaemon(extra)
+            Thread.sleep(forTimeInterval: 3)
+        }
+        let before = rssMB(daemon.process.processIdentifier)
+        _ = try client.call("ListPending", [], timeoutMs: 60_000)
+        let after = rssMB(daemon.process.processIdentifier)
+        let listedAt = now()
+        untilSettled(since: listedAt)
+        print(String(format: "| bgtaskd RSS, 10,000 pending, before → just after one `ListPending` of them all → %.0f s later%@ | 1 | %.1f → %.1f → %.1f MB | |",
+                     settledAfter, label, before, after, rssMB(daemon.process.processIdentifier)))
+    }
     daemon.stop()
 
     // uevent → the first of 100 pending commands started (each a stamp that prints CLOCK_MONOTONIC first).

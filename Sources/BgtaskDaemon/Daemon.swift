@@ -483,6 +483,8 @@ public final class Daemon {
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
     var quiet = Memory.QuietSpell()
+    /// A reply of this many tasks or more is given back (`quiet.rearm`) once the daemon has been quiet again.
+    static let largeReply = 1_000
     func release() {
         store.releaseMemory()
         audit.releaseMemory()

@@ -78,7 +78,10 @@ extension Daemon {
             let n = cancelAll()
             return .success([.uint32(UInt32(n))])
         case "ListPending":
-            return .success([.dicts(listPending())])
+            let list = listPending()
+            // Its GVariants are freed once the reply is written; glibc keeps the pages unless asked.
+            if list.count >= Daemon.largeReply { quiet.rearm(now: monotonic()) }
+            return .success([.dicts(list)])
         case "ListRunning":
             return .success([.dicts(listRunning())])
         case "DebugLaunch":

@@ -36,6 +36,13 @@ public enum Memory {
             return true
         }
 
+        /// Something large was just made and freed while quiet (bgtaskd's reply listing thousands of tasks: 60 MB
+        /// that glibc keeps): give back again once `after` more seconds have stayed quiet.
+        public mutating func rearm(now: Double) {
+            since = now
+            released = false
+        }
+
         /// When the loop must wake for it (nil: nothing due).
         public var deadline: Double? { released ? nil : since.map { $0 + after } }
     }

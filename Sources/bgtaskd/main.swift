@@ -56,6 +56,15 @@ struct Bgtaskd: ParsableCommand {
     }
 }
 
+// GLib 2.74 (Debian 12) keeps the GVariants of a large reply (ListPending of 10,000: +60 MB) in its slice
+// allocator for the life of the process; with G_SLICE=always-malloc they go to malloc, which gives them back.
+// GLib reads it before main runs (GObject's constructor allocates), so a start without it is re-executed once
+// with it: the same pid, arguments and descriptors. The unit file sets it, so systemd starts need no exec.
+if getenv("G_SLICE") == nil {
+    setenv("G_SLICE", "always-malloc", 1)
+    execv("/proc/self/exe", CommandLine.unsafeArgv)
+    // No /proc: GLib's slices stay (more memory kept after large replies; nothing else changes).
+}
 setvbuf(stderr, nil, _IOLBF, 0)
 signal(SIGPIPE, SIG_IGN)
 Bgtaskd.main()

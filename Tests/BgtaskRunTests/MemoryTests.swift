@@ -109,7 +109,7 @@ struct MemoryTests {
         #expect(!l.droppable)
     }
 
-    @Test("a quiet spell gives back once, after 30 s of quiet; activity starts the count again, and a new spell gives back again")
+    @Test("a quiet spell gives back once, after 30 s of quiet; activity starts the count again, a new spell gives back again, and so does a large reply")
     func quietSpellInVirtualTime() {
         var q = Memory.QuietSpell(after: 30)
         func gives(quiet: Bool, now: Double) -> Bool { q.observe(quiet: quiet, now: now) }
@@ -128,5 +128,11 @@ struct MemoryTests {
         #expect(q.deadline == 575)
         #expect(!gives(quiet: true, now: 574))
         #expect(gives(quiet: true, now: 575.5))
+        // A large reply while quiet (given back already): once more, 30 s after it, if it stays quiet.
+        q.rearm(now: 600)
+        #expect(q.deadline == 630)
+        #expect(!gives(quiet: true, now: 629))
+        #expect(gives(quiet: true, now: 630))
+        #expect(!gives(quiet: true, now: 700))
     }
 }
