@@ -202,6 +202,26 @@ extension UmockdevIntegrationTests {
         #expect(why.contains("cancelled by the user"), "\(why)")
     }
 
+    @Test("a Cancel from a notification that lingers after its continued task ended is not acted on")
+    func cancelOnAnEndedTasksNotificationIsIgnored() throws {
+        try requirePreload()
+        let x = try ExampleSetup(onCharger: true)
+        let (apps, d) = (x.apps, x.d)
+        let server = try SessionMock.notifications(d)
+        let exporter = try apps.start(d, "Exporter", ["2"], ["EXPORTER_SECONDS_PER_PHOTO": "0.05"])
+        defer { exporter.stop(grace: 1) }
+        let key = "io.github.bgtask.Exporter/io.github.bgtask.Exporter.export.\(exporter.process.processIdentifier)"
+        _ = try #require(server.nextCall("Notify"), "no notification: \(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("\(key): finished", within: 20), "\(d.daemon?.stderr ?? "")")
+        #expect(exporter.waitExit(within: 10) == 0, "\(exporter.stdout)")
+        // The outcome stays on screen a while: its (stale) Cancel is pressed, then a call that says a line of
+        // its own — bgtaskd handles the signal before the call (one bus, in order).
+        try server.emit("ActionInvoked", "us", "[<uint32 1>, <'cancel'>]")
+        #expect(try d.bgtask(["submit", "--id", "after-the-click", "--", "true"]).0 == 0)
+        let next = try #require(d.daemon?.errorLine(within: 10) { $0.contains("after-the-click") || $0.contains("cancelled by the user") })
+        #expect(next.contains("after-the-click"), "a Cancel on an ended task's notification was acted on: \(next)")
+    }
+
     @Test("Exporter: bgtask debug expire runs the app's expiration handler; a continued task that makes no progress is shown as stalled (Keep going / Stop), then expired")
     func exporterExpiredAndStalled() throws {
         try requirePreload()

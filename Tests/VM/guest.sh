@@ -49,5 +49,13 @@ case $step in
     for p in $(cat /tmp/crashy); do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
     echo "$n copies alive of $(wc -l < /tmp/crashy) started"
     [ "$n" -le 1 ] ;;
+  colorfeed)      # the ported sample installed as a user installs an app: its program and its manifest
+    mkdir -p ~/bin ~/.local/share/bgtask/apps && install -m 755 /tmp/ColorFeed ~/bin/ColorFeed
+    sed "s|@BINDIR@|$HOME/bin|" /tmp/com.example.apple-samplecode.ColorFeed.toml \
+      > ~/.local/share/bgtask/apps/com.example.apple-samplecode.ColorFeed.toml ;;
+  cleaned)        # the database cleaning ran in a launch of bgtaskd's: the feed file says when. Read, not asked of
+    # `ColorFeed status`: that registers the handlers too, and a task delivered to it would die with it.
+    grep -q lastCleaned ~/.local/share/ColorFeed/feed.json \
+      && bgtask output app:com.example.apple-samplecode.ColorFeed | grep -q "ColorFeed: cleaned: removed" ;;
   *) echo "guest.sh: unknown step $step" >&2; exit 2 ;;
 esac
