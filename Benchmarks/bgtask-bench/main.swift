@@ -549,6 +549,18 @@ if want("9") {
         print(String(format: "| bgtaskd RSS, 10,000 pending, before → just after one `ListPending` of them all → %.0f s later%@ | 1 | %.1f → %.1f → %.1f MB | |",
                      settledAfter, label, before, after, rssMB(daemon.process.processIdentifier)))
     }
+    // A Submit of 200,000 option keys, refused for its size: GDBus has read all of it first.
+    do {
+        let before = rssMB(daemon.process.processIdentifier)
+        var keys: [String: BusValue] = [:]
+        for i in 0..<200_000 { keys["k\(i)"] = .string("x") }
+        do throws(BusError) { _ = try client.call("Submit", [.dict(keys), .strings(["true"])], timeoutMs: 60_000) } catch {}
+        let after = rssMB(daemon.process.processIdentifier)
+        let refusedAt = now()
+        untilSettled(since: refusedAt)
+        print(String(format: "| bgtaskd RSS, before → just after a `Submit` of 200,000 option keys (refused) → %.0f s later | 1 | %.1f → %.1f → %.1f MB | |",
+                     settledAfter, before, after, rssMB(daemon.process.processIdentifier)))
+    }
     daemon.stop()
 
     // uevent → the first of 100 pending commands started (each a stamp that prints CLOCK_MONOTONIC first).

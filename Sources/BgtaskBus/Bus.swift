@@ -417,10 +417,13 @@ public final class BusObject {
     /// refused before they are read into Swift values, so a hostile call cannot stall the loop or grow memory.
     public var maxArgumentBytes = 1 << 20
     public var maxDictionaryKeys = 256
+    /// Told after such a call is refused (GDBus read all of it first: memory to give back).
+    public var onOversized: (() -> Void)?
 
     func dispatch(sender: String, method: String, params: OpaquePointer, invocation: OpaquePointer) {
         if let why = oversized(params) {
             g_dbus_method_invocation_return_dbus_error(invocation, "org.freedesktop.DBus.Error.LimitsExceeded", why)
+            onOversized?()
             return
         }
         let call = BusCall(sender: sender, method: method, args: BusValue.values(params),

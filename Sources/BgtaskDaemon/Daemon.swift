@@ -215,14 +215,20 @@ public final class Daemon {
         do {
             object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
                 let r = self.handle(call)
-                // A long listing's memory goes back once its reply is on its way, not kept for good.
-                if case .success(let v) = r, case .dicts(let list)? = v.first, list.count > 1000 {
-                    self.afterReply.append { Memory.releaseFreedHeap() }
+                // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
+                // back when the daemon has been quiet again for a while, not kept for good.
+                if case .success(let v) = r, case .dicts(let list)? = v.first, list.count >= Daemon.largeReply {
+                    self.quiet.rearm(now: monotonic())
                 }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
                 // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
                 return r
+            }
+            // So does a call refused for its size: GDBus had read all of it before it was seen.
+            object!.onOversized = { [unowned self] in
+                self.quiet.rearm(now: monotonic())
+                self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
             }
             guard try object!.ownName(SchedulerBus.name) else {
                 throw DaemonError(message: "\(SchedulerBus.name) is already owned on this bus: another bgtaskd runs", status: ExitStatus.tempFail)
