@@ -83,6 +83,20 @@ g 'bgtask cancel gated' >/dev/null 2>&1
 step late-manifest
 check "a manifest created after bgtaskd started is read without SIGHUP" until_guest 10 'bgtask apps 2>/dev/null | grep -q org.example.Late'
 
+# --- a paused task is its unit frozen (FreezeUnit: the cgroup v2 freezer), thawed when the rule lets go
+step pause-layer
+g 'bgtask submit --id frozen -- sh -c "while :; do sleep 0.2; done"' >/dev/null
+until_guest 20 'sh /tmp/guest.sh freezer frozen running' >/dev/null
+$vm power battery >/dev/null
+check "a task a rule pauses is frozen (FreezeUnit)" until_guest 20 'sh /tmp/guest.sh freezer frozen frozen'
+$vm power ac >/dev/null
+check "and thawed when the rule no longer holds" until_guest 20 'sh /tmp/guest.sh freezer frozen running'
+g 'bgtask cancel frozen; rm -f ~/.config/bgtask/policy.d/60-pause.toml' >/dev/null 2>&1
+
+# --- as root: bgtask run on the charger runs the command, and the audit trail tells it
+check "as root, bgtask run --requires-external-power runs on the charger and why tells it" \
+  groot 'bgtask run --requires-external-power --id rootrun -- true && bgtask why rootrun | grep -q "exit 0"'
+
 # --- recovery, output, journal
 step crashy >/dev/null
 until_guest 20 'sh /tmp/guest.sh unit-running crashy' >/dev/null

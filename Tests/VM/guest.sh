@@ -57,5 +57,12 @@ case $step in
     # `ColorFeed status`: that registers the handlers too, and a task delivered to it would die with it.
     grep -q lastCleaned ~/.local/share/ColorFeed/feed.json \
       && bgtask output app:com.example.apple-samplecode.ColorFeed | grep -q "ColorFeed: cleaned: removed" ;;
+  pause-layer)    # a rule that pauses task "frozen" on battery
+    mkdir -p ~/.config/bgtask/policy.d
+    printf '[[rule]]\nid = "vm.pause"\nwhen = '"'"'task.id == "frozen" && power.external != true'"'"'\nverdict = "pause"\nreason = "paused on battery"\n' \
+      > ~/.config/bgtask/policy.d/60-pause.toml ;;
+  freezer)        # freezer ID running|frozen: the cgroup v2 freezer state of task ID's unit, as systemd reports it
+    u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '{print $1; exit}')
+    [ -n "$u" ] && systemctl --user show -p FreezerState --value "$u" | tee /dev/stderr | grep -qx "$3" ;;
   *) echo "guest.sh: unknown step $step" >&2; exit 2 ;;
 esac
