@@ -6,8 +6,8 @@ import GRDB
 /// GRDB marks each `DatabaseQueue`'s dispatch queue with a queue-specific value. When that dispatch queue is
 /// freed, libdispatch runs the value's destructor on a global queue; the first such worker of a process starts
 /// libdispatch's workqueue monitor, a timer that wakes the process every second for the rest of its life on a
-/// manager thread that asks for nice -4. An unprivileged process may not have it, so every bgtask, bgtaskd and
-/// launched app that freed a queue logged "Failed to set thread priority for worker thread … errno=13" to the
+/// manager thread that asks for nice -4. An unprivileged process may not have it, so every bgtask and bgtaskd
+/// that freed a queue logged "Failed to set thread priority for worker thread … errno=13" to the
 /// journal (libdispatch's `_dispatch_worker_thread`). So a connection is closed when its owner is done with it,
 /// and the closed queue — a few hundred bytes, no file — is kept until the process exits.
 public enum Connections {
@@ -26,7 +26,4 @@ public enum Connections {
     public static func close(_ q: DatabaseQueue) {
         try? q.close()
     }
-
-    /// How many queues this process has opened (each kept, most of them closed).
-    public static var count: Int { lock.lock(); defer { lock.unlock() }; return kept.count }
 }

@@ -409,6 +409,23 @@ extension UmockdevIntegrationTests {
 }
 
 extension UmockdevIntegrationTests {
+    @Test("bgtaskd started without G_SLICE re-executes itself once with G_SLICE=always-malloc: the same pid, serving")
+    func daemonRunsWithMallocForGVariants() throws {
+        try requirePreload()
+        try #require(getenv("G_SLICE") == nil, "the test runner itself has G_SLICE set")
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true)
+        let d = try SessionDaemon(policy: p, preload: true)
+        let pid = try #require(d.daemon?.process.processIdentifier)
+        #expect(d.daemon?.stderr.contains("(pid \(pid))") == true, "\(d.daemon?.stderr ?? "")")
+        let environ = try String(contentsOfFile: "/proc/\(pid)/environ", encoding: .utf8).split(separator: "\0")
+        #expect(environ.contains("G_SLICE=always-malloc"), "\(environ.filter { $0.hasPrefix("G_") })")
+        #expect(try d.bgtask(["pending"]).0 == 0)
+    }
+}
+
+extension UmockdevIntegrationTests {
     @Test("a policy file edited while bgtaskd runs is applied to waiting work; a broken one keeps the last good policy and pending warns")
     func policyReloadsOnFileChange() throws {
         try requirePreload()
