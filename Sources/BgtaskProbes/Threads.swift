@@ -5,7 +5,7 @@ import CLinux
 
 /// A detached OS thread: the udev/netlink poll loop and the GLib main loop each need one of their own,
 /// since libudev and GLib objects are bound to the thread that uses them.
-func startThread(_ body: @escaping @Sendable () -> Void) {
+public func startThread(_ body: @escaping @Sendable () -> Void) {
     final class Box: @unchecked Sendable { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
     let ctx = Unmanaged.passRetained(Box(body)).toOpaque()
     var tid = pthread_t()

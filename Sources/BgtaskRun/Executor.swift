@@ -461,23 +461,46 @@ public enum OutputFile {
         return fd
     }
 
-    /// While a command writes: its output past `boundBytes` is cut back to the last `maxBytes`, so a chatty
-    /// task cannot fill the disk (and make every Submit fail). True if it was cut.
+    /// While a command writes: its output past `boundBytes` is cut back to about its last `maxBytes`, so a
+    /// chatty task cannot fill the disk (and make every Submit fail). True if it was cut.
     @discardableResult
-    public static func bound(_ path: String) -> Bool {
+    public static func bound(_ path: String) -> Bool { dropFront(path, over: boundBytes) }
+
+    /// Cuts the file's front off once what it holds passes `limit`, keeping at least its last `maxBytes`
+    /// (up to a block more). The command and anything it left running may still be appending: the front
+    /// is dropped by `fallocate` in one step (`bgt_drop_front`), so nothing they write meanwhile is lost. A
+    /// punched file keeps its length, its front a hole: what it holds is measured from its first data, and
+    /// readers start at its last `maxBytes`. Only on a filesystem with neither, the tail is copied.
+    @discardableResult
+    public static func dropFront(_ path: String, over limit: Int = maxBytes) -> Bool {
+        let fd = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
         var st = stat()
-        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_size > off_t(boundBytes) else { return false }
-        keepTail(path, size: st.st_size)
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
+        let firstData = bgt_first_data(fd)
+        guard st.st_size - firstData > off_t(limit) else { return false }
+        let block = off_t(st.st_blksize > 0 ? st.st_blksize : 4096)
+        let cut = (st.st_size - off_t(maxBytes)) / block * block
+        guard cut > firstData else { return false }
+        if bgt_drop_front(fd, cut) > 0 { return true }
+        copyTail(fd, size: st.st_size)
         return true
     }
 
-    /// Keeps the last `maxBytes` of a file, in place.
+    /// Keeps the last `maxBytes` of a file that nothing writes any more, in place and compact (its holes gone).
     public static func keepTail(_ path: String, size: off_t) {
         let fd = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return }
         defer { close(fd) }
+        copyTail(fd, size: size)
+    }
+
+    /// The last `maxBytes` copied to the front, then the file truncated after them: what is appended
+    /// between the two is lost, hence only for a file nobody writes, or where `fallocate` cannot cut.
+    static func copyTail(_ fd: Int32, size: off_t) {
         var buf = [UInt8](repeating: 0, count: maxBytes)
-        let n = pread(fd, &buf, maxBytes, size - off_t(maxBytes))
+        let n = pread(fd, &buf, maxBytes, max(0, size - off_t(maxBytes)))
         guard n > 0 else { return }
         _ = pwrite(fd, buf, n, 0)
         _ = ftruncate(fd, off_t(n))

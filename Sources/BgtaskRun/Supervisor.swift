@@ -262,10 +262,8 @@ public final class Supervisor {
 
     /// Its command exited with this wait status.
     public func childExited(waitStatus status: Int32) {
-        if let out = options.outputPath {
-            var st = stat()
-            if lstat(out, &st) == 0, st.st_size > off_t(OutputFile.maxBytes) { OutputFile.keepTail(out, size: st.st_size) }
-        }
+        // What it left running may still be writing: cut without a copy that would lose their lines.
+        if let out = options.outputPath { OutputFile.dropFront(out) }
         let code = exitCode(status)
         machine.exited(status: code)
         let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"

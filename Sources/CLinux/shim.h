@@ -15,11 +15,28 @@
 #include <sys/syscall.h>
 #include <sys/resource.h>
 #include <malloc.h>
+#include <linux/falloc.h>
 
 int pipe2(int pipefd[2], int flags);
 /* glibc ≥ 2.34 declares these only under _GNU_SOURCE, which the Swift importer does not set here. */
 int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
 int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
+int fallocate(int fd, int mode, off_t offset, off_t len);
+
+/* Removes [0, len) of a file in one step, atomic against a writer appending to it: COLLAPSE_RANGE moves the
+ * rest to the front (ext4, xfs; len a multiple of the block size); where that is not supported, PUNCH_HOLE
+ * frees the range's blocks and keeps the length (tmpfs, btrfs). 1 collapsed, 2 punched, or -errno. */
+static inline int bgt_drop_front(int fd, off_t len) {
+    if (fallocate(fd, FALLOC_FL_COLLAPSE_RANGE, 0, len) == 0) return 1;
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, len) == 0) return 2;
+    return -errno;
+}
+
+/* Where a file's first data is (after a punched hole), 0 if it is all hole or lseek cannot tell. */
+static inline off_t bgt_first_data(int fd) {
+    off_t at = lseek(fd, 0, 3 /* SEEK_DATA: <unistd.h> has it only under _GNU_SOURCE */);
+    return at < 0 ? 0 : at;
+}
 
 /* A non-blocking, close-on-exec pipe; 0 or -errno. */
 static inline int bgt_pipe(int fds[2]) {

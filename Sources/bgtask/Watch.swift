@@ -4,6 +4,7 @@ import BgtaskCore
 import BgtaskProbes
 import BgtaskConfig
 import Dispatch
+import Synchronization
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -15,7 +16,9 @@ extension Bgtask {
             discussion: """
             Event-driven: udev's netlink monitor (power_supply, thermal, net), rtnetlink, and UPower, \
             NetworkManager and power-profiles-daemon signals. Thermal zones have no temperature events, so \
-            they are read every --thermal-interval while watching (never when there are no zones).
+            they are read every --thermal-interval while watching (never when there are no zones). \
+            Ctrl-C, SIGTERM or SIGHUP end it between two lines, so a --record file never ends in half a line; \
+            the exit status is then 128 plus the signal's number.
             """)
 
         @OptionGroup var probe: ProbeOptionsGroup
@@ -49,8 +52,24 @@ extension Bgtask {
             let options = WatchOptions(probe: probe.probeOptions, thermalIntervalMs: interval)
             let done = DispatchSemaphore(value: 0)
             let printer = LinePrinter(json: json, record: recordFile, limit: count)
+            // Ctrl-C, SIGTERM and SIGHUP end it between two lines, never inside one: a line of the --record
+            // trace takes more than one write(2) once it passes stdio's buffer, and a fatal signal can also
+            // cut a write short. Blocked here, before any other thread exists, so every thread inherits it.
+            var ending = sigset_t()
+            sigemptyset(&ending)
+            for s in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&ending, s) }
+            pthread_sigmask(SIG_BLOCK, &ending, nil)
+            let endingSet = ending
+            startThread {
+                var set = endingSet, sig: Int32 = 0
+                guard sigwait(&set, &sig) == 0 else { return }
+                printer.stop()
+                fflush(nil)
+                _exit(128 + sig)   // as a shell reports a signal's end; no atexit work under running threads
+            }
             ConditionWatcher.start(options, deliver: printer.print, finished: { done.signal() })
             done.wait()
+            printer.stop()
             if let f = recordFile { fclose(f) }
         }
     }
@@ -69,7 +88,22 @@ final class LinePrinter: @unchecked Sendable {
         self.limit = limit
     }
 
+    /// Held while a line is printed; true once no more may be.
+    private let stopped = Mutex(false)
+
+    /// No line after this one; waits for a line being printed.
+    func stop() {
+        stopped.withLock { $0 = true }
+    }
+
     func print(_ update: ConditionUpdate) -> Bool {
+        stopped.withLock { stopped in
+            guard !stopped else { return false }
+            return printLine(update)
+        }
+    }
+
+    private func printLine(_ update: ConditionUpdate) -> Bool {
         let time = WatchLine.timestamp()
         Swift.print(json ? WatchLine.json(update, time: time).rendered : Terminal.safe(WatchLine.human(update, time: time)))
         if let f = record {

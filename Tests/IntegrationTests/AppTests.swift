@@ -228,6 +228,8 @@ extension UmockdevIntegrationTests {
         _ = d.daemon?.waitExit(within: 15)
         var env = app.env
         env["HANG"] = "1"
+        // The app ignores its expiration: finished after the grace and a SIGTERM, so a grace well inside said's window.
+        try app.policy.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"2s\"\n")
         let hung = try SessionDaemon(policy: app.policy, preload: true, daemonEnv: env, extraEnv: app.env)
         #expect(try app.run(hung, ["submit", "processing", "none"]).0 == 0)
         _ = try #require(hung.said("\(key): delivered"), "\(hung.daemon?.stderr ?? "")")

@@ -180,20 +180,19 @@ struct HardeningTests {
     @Test("a closed stderr (SIGPIPE) does not kill bgtask: the command runs to the end and its status is returned")
     func closedStderrIsSurvived() throws {
         let p = try PolicyEnv()
-        let proc = Process()
-        proc.executableURL = URL(fileURLWithPath: Child.bgtaskPath)
-        proc.arguments = ["run", "--id", "pipe", "--", "sh", "-c", "sleep 0.2; exit 3"]
-        proc.environment = p.env
-        let err = Pipe()
-        proc.standardError = err
-        proc.standardOutput = FileHandle.nullDevice
-        try err.fileHandleForReading.close()   // every write bgtask makes to stderr gets EPIPE / SIGPIPE
-        let done = DispatchSemaphore(value: 0)
-        proc.terminationHandler = { _ in done.signal() }
-        try proc.run()
-        if done.wait(timeout: .now() + 20) == .timedOut { proc.interrupt(); Issue.record("did not finish") }
+        var fds: [Int32] = [-1, -1]
+        try #require(pipe(&fds) == 0)
+        close(fds[0])   // every write bgtask makes to stderr gets EPIPE / SIGPIPE
+        defer { close(fds[1]) }
+        let proc = try Spawned(Child.bgtaskPath, ["run", "--id", "pipe", "--", "sh", "-c", "sleep 0.2; exit 3"],
+                               environment: p.env, stderr: fds[1])
+        if !proc.wait(until: Date().addingTimeInterval(20)) {
+            proc.interrupt()
+            Issue.record("did not finish")
+            _ = proc.wait(until: Date().addingTimeInterval(5))
+        }
         #expect(proc.terminationStatus == 3)
-        #expect(proc.terminationReason == .exit)
+        #expect(!proc.wasSignalled)
     }
 
     @Test("100,000 arguments after -- are passed on without being parsed one by one")

@@ -227,6 +227,9 @@ extension UmockdevIntegrationTests {
         _ = try #require(watch.line(within: 3) { $0.contains("\"thermal.state\"") })
         tb.plug(laptop, true)
         _ = try #require(watch.line(within: 3) { $0.contains("\"power.external\"") })
+        // Ended between two lines: the trace never ends in half of one.
+        watch.process.terminate()
+        #expect(watch.waitExit(within: 10) == 128 + SIGTERM)
         watch.stop()
 
         let r = try Child.run(Child.bgtaskPath, ["policy", "simulate", "--trace", trace, "--task", "requires_external_power,cpu_heavy", "--json"],

@@ -2,7 +2,7 @@ import Foundation
 
 /// A child process whose stdout is read line by line, with deadlines instead of sleeps.
 public final class Child: @unchecked Sendable {
-    public let process = Process()
+    public let process: Spawned
     private let lock = NSCondition()
     private var lines: [String] = []
     private var partial = Data()
@@ -12,7 +12,6 @@ public final class Child: @unchecked Sendable {
     public private(set) var stderr = ""
     /// Everything read from stdout so far (for a failing test's message).
     public private(set) var stdout = ""
-    private let exited = DispatchSemaphore(value: 0)
 
     /// The environment right now (umockdev's setenv of UMOCKDEV_DIR included), plus overrides.
     public static func environment(_ overrides: [String: String?] = [:]) -> [String: String] {
@@ -28,32 +27,23 @@ public final class Child: @unchecked Sendable {
     }
 
     public init(_ executable: String, _ arguments: [String], environment: [String: String] = Child.environment()) throws {
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = environment
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        out.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            self?.feed(d)
+        let (outR, outW) = try closeOnExecPipe()
+        let (errR, errW) = try closeOnExecPipe()
+        defer { close(outW); close(errW) }
+        do {
+            process = try Spawned(executable, arguments, environment: environment, stdout: outW, stderr: errW)
+        } catch {
+            close(outR); close(errR)
+            throw error
         }
-        err.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let d = h.availableData
-            guard let self, !d.isEmpty else { return }
-            self.lock.lock()
-            self.stderr += String(decoding: d, as: UTF8.self)
-            self.errPartial.append(d)
-            while let nl = self.errPartial.firstIndex(of: 0x0A) {
-                self.errLines.append(String(decoding: self.errPartial[self.errPartial.startIndex..<nl], as: UTF8.self))
-                self.errPartial.removeSubrange(self.errPartial.startIndex...nl)
+        // One reader thread for both pipes; it closes them at end of file, so a finished child leaves no descriptor.
+        Thread.detachNewThread { [weak self] in
+            drain([outR, errR]) { index, data in
+                guard let self else { return }
+                if index == 0 { self.feed(data) } else { self.feedError(data) }
             }
-            self.lock.broadcast()
-            self.lock.unlock()
+            self?.feed(Data())
         }
-        process.terminationHandler = { [exited] _ in exited.signal() }
-        try process.run()
     }
 
     private func feed(_ d: Data) {
@@ -65,6 +55,17 @@ public final class Child: @unchecked Sendable {
         while let nl = partial.firstIndex(of: 0x0A) {
             lines.append(String(decoding: partial[partial.startIndex..<nl], as: UTF8.self))
             partial.removeSubrange(partial.startIndex...nl)
+        }
+    }
+
+    private func feedError(_ d: Data) {
+        lock.lock()
+        defer { lock.broadcast(); lock.unlock() }
+        stderr += String(decoding: d, as: UTF8.self)
+        errPartial.append(d)
+        while let nl = errPartial.firstIndex(of: 0x0A) {
+            errLines.append(String(decoding: errPartial[errPartial.startIndex..<nl], as: UTF8.self))
+            errPartial.removeSubrange(errPartial.startIndex...nl)
         }
     }
 
@@ -83,7 +84,7 @@ public final class Child: @unchecked Sendable {
         }
     }
 
-    /// The next stderr line satisfying `match`; nil at the deadline or when stdout has closed.
+    /// The next stderr line satisfying `match`; nil at the deadline or when both pipes have closed.
     public func errorLine(within seconds: Double, where match: (String) -> Bool = { _ in true }) -> String? {
         let deadline = Date().addingTimeInterval(seconds)
         lock.lock()
@@ -93,14 +94,14 @@ public final class Child: @unchecked Sendable {
                 let l = errLines.removeFirst()
                 if match(l) { return l }
             }
+            if closed { return nil }
             if !lock.wait(until: deadline) { return nil }
         }
     }
 
     /// Waits for the process to exit (bounded) and returns its status, or nil.
     public func waitExit(within seconds: Double) -> Int32? {
-        guard exited.wait(timeout: .now() + seconds) == .success else { return nil }
-        exited.signal()
+        guard process.wait(until: Date().addingTimeInterval(seconds)) else { return nil }
         return process.terminationStatus
     }
 
@@ -108,16 +109,12 @@ public final class Child: @unchecked Sendable {
     public func stop(grace: Double = 3) {
         guard !stopped else { return }
         stopped = true
-        // Bounded throughout: Foundation learns of an exit through a socket the child inherits, so a
-        // grandchild that outlives it (an orphaned command) can delay the news indefinitely.
         if process.isRunning {
             process.terminate()
-            if exited.wait(timeout: .now() + grace) == .timedOut {
+            if !process.wait(until: Date().addingTimeInterval(grace)) {
                 kill(process.processIdentifier, SIGKILL)
-                _ = exited.wait(timeout: .now() + 5)
+                _ = process.wait(until: Date().addingTimeInterval(5))
             }
-        } else {
-            _ = exited.wait(timeout: .now() + 5)
         }
     }
     private var stopped = false
@@ -126,25 +123,25 @@ public final class Child: @unchecked Sendable {
     /// is still running after `deadline` seconds, so no test waits for ever on a hung child.
     public static func run(_ executable: String, _ arguments: [String],
                            environment: [String: String] = Child.environment(), deadline: Double = 60) throws -> (Int32, String, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = arguments
-        p.environment = environment
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let pid = p.processIdentifier
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + deadline)
-        timer.setEventHandler { kill(pid, SIGKILL) }
-        timer.resume()
-        defer { timer.cancel() }
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        let (outR, outW) = try closeOnExecPipe()
+        let (errR, errW) = try closeOnExecPipe()
+        let p: Spawned
+        do {
+            defer { close(outW); close(errW) }
+            p = try Spawned(executable, arguments, environment: environment, stdout: outW, stderr: errW)
+        } catch {
+            close(outR); close(errR)
+            throw error
+        }
+        let end = Date().addingTimeInterval(deadline)
+        var out = Data(), err = Data()
+        // A grandchild that keeps a pipe open past the deadline does not hold the test either.
+        drain([outR, errR], until: end) { index, data in if index == 0 { out.append(data) } else { err.append(data) } }
+        if !p.wait(until: end) {
+            kill(p.processIdentifier, SIGKILL)
+            _ = p.wait(until: Date().addingTimeInterval(30))   // SIGKILL cannot be refused
+        }
+        return (p.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
 
     /// The built `bgtaskd` beside `bgtask`.
