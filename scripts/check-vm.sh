@@ -106,6 +106,26 @@ check "kill -9 of bgtaskd: restarted, the task ended and queued again, never two
   'systemctl --user start bgtaskd && sh /tmp/guest.sh crashy-once'
 g 'bgtask cancel crashy' >/dev/null 2>&1
 
+# --- the user manager re-executed while a unit runs (Debian's systemd upgrade does it to every user manager):
+# the connection closes, the unit goes on; bgtaskd asks again and records the command's own exit
+g "bgtask submit --id reexec -- sh -c 'while [ ! -e /tmp/reexec-go ]; do sleep 0.2; done; exit 7'" >/dev/null
+until_guest 20 'sh /tmp/guest.sh unit-running reexec' >/dev/null
+g 'systemctl --user daemon-reexec' >/dev/null
+check "daemon-reexec of the user manager while a unit runs: bgtaskd follows the unit on" \
+  until_guest 20 'journalctl --user -u bgtaskd -o cat | grep -q "answers again: its 1 unit(s) followed on"'
+g 'touch /tmp/reexec-go' >/dev/null
+check "and records the command's own exit, not a kill" until_guest 20 'bgtask why reexec | grep -q "exit 7"'
+
+# --- 5: a charger that takes over from another (AC off, USB on: still on external power) changes only
+# power.reason; watch says the new reason instead of printing a line with no visible change
+g 'systemd-run --user --quiet --unit=watch5 sh -c "exec bgtask watch --thermal-interval 0 > /tmp/watch5.txt 2>&1"' >/dev/null
+until_guest 10 'test -s /tmp/watch5.txt' >/dev/null
+$vm power usb >/dev/null
+check "watch says the new power reason when only it changed" until_guest 10 'grep -q "power: test_usb" /tmp/watch5.txt'
+check "and prints no line without a visible change" g 'cat /tmp/watch5.txt; ! grep -qE "^[^ ]+ +\[" /tmp/watch5.txt'
+g 'systemctl --user stop watch5' >/dev/null 2>&1
+$vm power ac >/dev/null
+
 # --- a ported iOS app (Apple's ColorFeed sample): scheduled on battery, launched by bgtaskd on the charger
 if [[ -x "$colorfeed" ]]; then
   $vm put "$colorfeed" Examples/apps/com.example.apple-samplecode.ColorFeed.toml /tmp/ >/dev/null

@@ -7,7 +7,7 @@
 #   scripts/vm.sh boot                boot a fresh overlay of it, wait for ssh and the end of boot
 #   scripts/vm.sh run [--root] CMD    a shell command in the guest, as the user (a logind session) or root
 #   scripts/vm.sh put FILE... DIR     copy files in (as the user; `put --root` as root)
-#   scripts/vm.sh power ac|battery    the test_power charger (real power_supply uevents)
+#   scripts/vm.sh power ac|battery|usb  the test_power chargers (real power_supply uevents)
 #   scripts/vm.sh monitor CMD         a qemu monitor command (system_wakeup after a guest suspend)
 #   scripts/vm.sh halt                power off, bounded; qemu is quit or killed if it does not go
 #
@@ -122,7 +122,8 @@ cmd_power() {
   case ${1:-} in
     ac) set="echo off > usb_online; echo on > ac_online; echo charging > battery_status" ;;
     battery) set="echo off > usb_online; echo off > ac_online; echo discharging > battery_status" ;;
-    *) die "power ac|battery" ;;
+    usb) set="echo on > usb_online; echo off > ac_online; echo charging > battery_status" ;;
+    *) die "power ac|battery|usb" ;;
   esac
   cmd_run --root --timeout 30 "[ -d /sys/module/test_power ] || modprobe test_power; cd /sys/module/test_power/parameters && $set"
 }

@@ -152,6 +152,8 @@ public final class Daemon {
     var onBattery = false
     /// The policy layers' and manifests' directories, watched (nil without inotify).
     var configWatch: ConfigWatch?
+    /// The configuration directories as they were when first read (`watchConfiguration`).
+    var configurationAtStart: [String] = []
     /// The newest readings from the watcher (before the daemon's own conditions are added).
     var readings: [String: PolicyValue]? { didSet { mergedConditions = nil } }
     public private(set) var exitStatus: Int32 = 0
@@ -172,12 +174,14 @@ public final class Daemon {
             audit = try AuditLog(path: stateDir + "/" + StatePaths.auditFile)
             audit.batching = true
         } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
+        let atStart = ConfigWatch.fingerprint(Daemon.configurationDirectories(options))
         let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
         guard errors.isEmpty else {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
         }
         policyRef = PolicyRef(p)
+        configurationAtStart = atStart
         limits = Schedule.Limits(p.settings)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
@@ -203,7 +207,14 @@ public final class Daemon {
         scheduleMidnight()
         loadApps()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
-        systemd?.later = { [unowned self] f in self.loop.after(0, f) }
+        systemd?.after = { [unowned self] seconds, f in self.loop.after(seconds, f) }
+        systemd?.onManagerSilent = { [unowned self] n in
+            self.say("the systemd user manager closed its connection while \(n) unit(s) ran; asking it again (a re-execution?)")
+        }
+        systemd?.onManagerBack = { [unowned self] n in
+            self.say("the systemd user manager answers again: its \(n) unit(s) followed on")
+            self.loop.after(0) { [unowned self] in self.afterRound(conditionsChanged: false) }
+        }
         systemd?.onManagerGone = { [unowned self] n in
             self.say("the systemd user manager went away while \(n) unit(s) ran: their tasks are over")
             self.loop.after(0) { [unowned self] in self.afterRound(conditionsChanged: false) }

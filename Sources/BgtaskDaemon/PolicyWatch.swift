@@ -42,6 +42,28 @@ final class ConfigWatch {
         return (path, next)
     }
 
+    /// What the directories hold now (each entry's name, inode, size and change time): taken before the
+    /// configuration is first read and again once the watches are in place, so what was written in between
+    /// — before any watch could see it — is read too.
+    static func fingerprint(_ dirs: [String]) -> [String] {
+        var out: [String] = []
+        for dir in dirs where dir.hasPrefix("/") {
+            guard let d = opendir(dir) else { out.append(dir + ": -"); continue }
+            defer { closedir(d) }
+            var names: [String] = []
+            while let e = readdir(d) {
+                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            for name in names.sorted() {
+                var st = stat()
+                guard lstat(dir + "/" + name, &st) == 0 else { continue }
+                out.append("\(dir)/\(name) \(st.st_ino) \(st.st_size) \(st.st_ctim.tv_sec).\(st.st_ctim.tv_nsec)")
+            }
+        }
+        return out
+    }
+
     static func isDirectory(_ p: String) -> Bool { var st = stat(); return stat(p, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR }
 
     func rewatch() {
@@ -95,15 +117,22 @@ final class ConfigWatch {
 extension Daemon {
     /// Policy layers and manifests are read again when their files change (and on SIGHUP).
     func watchConfiguration() {
-        configWatch = ConfigWatch(loop: loop, directories: { [unowned self] in
-            PolicyLayers.directories(extra: self.options.policyFiles) + AppManifests.directories()
-        }) { [unowned self] in
+        let reread = { [unowned self] in
             self.loadApps()
             self.reload()
             self.afterRound(conditionsChanged: false)
         }
+        configWatch = ConfigWatch(loop: loop, directories: { [unowned self] in self.configurationDirectories }, changed: reread)
         if configWatch == nil {
             say("cannot watch the policy files and manifests (inotify: \(String(cString: strerror(errno)))); reload with SIGHUP")
+        } else if ConfigWatch.fingerprint(configurationDirectories) != configurationAtStart {
+            loop.after(0, reread)   // written after it was read, before the watches were there
         }
+        configurationAtStart = []
+    }
+
+    var configurationDirectories: [String] { Daemon.configurationDirectories(options) }
+    static func configurationDirectories(_ options: DaemonOptions) -> [String] {
+        PolicyLayers.directories(extra: options.policyFiles) + AppManifests.directories()
     }
 }

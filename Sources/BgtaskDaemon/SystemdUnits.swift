@@ -31,8 +31,10 @@ final class SystemdUnits {
     var running: [String: RunningUnit] = [:]
     var counter = 0
 
-    /// Runs its argument on the daemon's loop after the current event (a connection is not closed in its own callback).
-    var later: (@escaping () -> Void) -> Void = { $0() }
+    /// Runs its argument on the daemon's loop after this many seconds.
+    var after: (Double, @escaping () -> Void) -> Void = { _, f in f() }
+    /// After the current event (a connection is not closed in its own callback).
+    func later(_ f: @escaping () -> Void) { after(0, f) }
 
     init(place: Place, how: String) {
         self.place = place
@@ -91,13 +93,63 @@ final class SystemdUnits {
 
     /// Told when the manager went away with units running (the daemon says so; their tasks end as killed).
     var onManagerGone: ((Int) -> Void)?
+    /// Told when the connection closed with units running, and when the manager answered again (re-executed).
+    var onManagerSilent: ((Int) -> Void)?
+    var onManagerBack: ((Int) -> Void)?
+    /// How long a manager that closed the connection is asked again, every half second, before its units count as
+    /// gone: a re-execution (`systemctl --user daemon-reexec`, as a systemd upgrade does to every user manager)
+    /// closes every connection and serves the same units a moment later.
+    static let answerAgainWithin = 6.0
 
+    /// The connection closed while units run: the manager crashed or exited — or re-executed itself, its units
+    /// still running. Asked again before their tasks are taken as over (a task ended by mistake would have what
+    /// it left running killed, and could run again beside itself).
     func managerGone() {
-        let units = Array(running.values)
-        guard !units.isEmpty else { return }
-        onManagerGone?(units.count)
-        for u in units { u.managerGone() }
-        later { [weak self] in self?.open = nil }
+        guard !running.isEmpty, !askingAgain else { return }
+        askingAgain = true
+        onManagerSilent?(running.count)
+        later { [weak self] in
+            self?.open = nil
+            self?.askAgain(until: SystemdUnits.answerAgainWithin)
+        }
+    }
+    private var askingAgain = false
+
+    private func askAgain(until left: Double) {
+        guard !running.isEmpty else { askingAgain = false; return }
+        if (try? call("Get", [.string(SystemdUnits.manager), .string("Version")], interface: "org.freedesktop.DBus.Properties",
+                      timeoutMs: 2_000)) != nil {
+            askingAgain = false
+            let units = Array(running.values)
+            onManagerBack?(units.count)
+            for u in units { reread(u) }
+            closeIfIdle()
+            return
+        }
+        open = nil
+        guard left > 0 else {
+            askingAgain = false
+            let units = Array(running.values)
+            onManagerGone?(units.count)
+            for u in units { u.managerGone() }
+            return
+        }
+        after(0.5) { [weak self] in self?.askAgain(until: left - 0.5) }
+    }
+
+    /// A unit read as it is now, after the manager answered again: still running (followed on), over (with its
+    /// status), or unknown to it — a transient unit that ended meanwhile is gone, and systemd describes any name
+    /// it does not know as "not-found" and inactive: over, its status unknown, as killed.
+    private func reread(_ u: RunningUnit) {
+        func all(_ interface: String) -> [String: BusValue]? {
+            guard let reply = try? call("GetAll", [.string(interface)], path: u.path, interface: "org.freedesktop.DBus.Properties"),
+                  case .dict(let values)? = reply.first else { return nil }
+            return values
+        }
+        guard let unit = all(SystemdUnits.unitInterface), unit["LoadState"]?.string != "not-found",
+              let service = all(SystemdUnits.serviceInterface) else { u.managerGone(); return }
+        u.changed(interface: SystemdUnits.serviceInterface, service)
+        u.changed(interface: SystemdUnits.unitInterface, unit)
     }
 
     /// Closes the connection once no unit of ours runs (after the current event: this may be one of its signals).

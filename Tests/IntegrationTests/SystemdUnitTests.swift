@@ -116,8 +116,8 @@ extension UmockdevIntegrationTests {
 }
 
 extension UmockdevIntegrationTests {
-    @Test("the systemd user manager killed while a unit runs: bgtaskd is told by its connection closing, the task is over, and what the unit left running is ended by the run token")
-    func managerGoneWhileAUnitRuns() throws {
+    /// A real `systemd --user` of the test's own, a laptop on the charger, and bgtaskd running tasks as its units.
+    func daemonOnAUserManager() throws -> (UserManager, PolicyEnv, Testbed, SessionDaemon) {
         try requirePreload()
         let manager = try UserManager()
         let p = try PolicyEnv()
@@ -125,6 +125,13 @@ extension UmockdevIntegrationTests {
         _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
         let d = try SessionDaemon(policy: p, preload: true,
                                   daemonEnv: ["BGTASK_SYSTEMD_UNITS": "1", "XDG_RUNTIME_DIR": manager.runtimeDirectory.path])
+        return (manager, p, tb, d)
+    }
+
+    @Test("the systemd user manager killed while a unit runs: bgtaskd is told by its connection closing, the task is over, and what the unit left running is ended by the run token")
+    func managerGoneWhileAUnitRuns() throws {
+        let (manager, p, tb, d) = try daemonOnAUserManager()
+        _ = tb
         let pidFile = p.dir.appendingPathComponent("pid")
         #expect(try d.bgtask(["submit", "--id", "orphaned", "--", "sh", "-c", "echo $$ > '\(pidFile.path)'; exec sleep 300"]).0 == 0)
         let started = try #require(d.said("orphaned: started"), "\(d.daemon?.stderr ?? "")")
@@ -132,9 +139,30 @@ extension UmockdevIntegrationTests {
         let pid = try #require(numberWritten(to: pidFile, within: 10))
         // A crash, not a stop: the manager cannot end its units, and sends no last state.
         kill(manager.managerPID, SIGKILL)
-        _ = try #require(d.said("the systemd user manager went away while 1 unit(s) ran"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("closed its connection while 1 unit(s) ran; asking it again"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("the systemd user manager went away while 1 unit(s) ran", within: 20), "\(d.daemon?.stderr ?? "")")
         _ = try #require(d.said("orphaned: finished"), "\(d.daemon?.stderr ?? "")")
         #expect(gone(pid, within: 15), "the unit's command outlived its manager and its task")
         #expect(try d.pending().isEmpty)
+    }
+
+    @Test("the systemd user manager re-executed while a unit runs (as a systemd upgrade does): bgtaskd asks it again, follows the unit on, and records the command's own exit")
+    func managerReexecutedWhileAUnitRuns() throws {
+        let (manager, p, tb, d) = try daemonOnAUserManager()
+        _ = tb
+        let go = p.dir.appendingPathComponent("go")
+        #expect(try d.bgtask(["submit", "--id", "survivor", "--", "sh", "-c", "while [ ! -e '\(go.path)' ]; do sleep 0.1; done; exit 7"]).0 == 0)
+        let started = try #require(d.said("survivor: started"), "\(d.daemon?.stderr ?? "")")
+        #expect(started.contains("systemd unit"), "\(started)")
+        let reexec = try manager.systemctl(["daemon-reexec"])
+        #expect(reexec.0 == 0, "\(reexec.2)")
+        _ = try #require(d.said("closed its connection while 1 unit(s) ran"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("answers again: its 1 unit(s) followed on"), "\(d.daemon?.stderr ?? "")")
+        // Ended only now, by its own hand: the status is the command's, not a kill's.
+        #expect(FileManager.default.createFile(atPath: go.path, contents: nil))
+        let finished = try #require(d.said("survivor: finished"), "\(d.daemon?.stderr ?? "")")
+        #expect(finished.contains("exit 7"), "\(finished)")
+        let said = d.daemon?.stderr ?? ""
+        #expect(!said.contains("went away"), "\(said)")
     }
 }
