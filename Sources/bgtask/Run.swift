@@ -34,11 +34,12 @@ extension Bgtask {
         @OptionGroup var layers: PolicyFilesOption
         @OptionGroup var probe: ProbeOptionsGroup
 
-        @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
+        @Argument(parsing: .captureForPassthrough,
+                  help: ArgumentHelp("The command and its arguments: everything from the first word that is not an option of bgtask's (-- before it is accepted, and needed when it starts with -).", valueName: "command"))
         var command: [String] = []
 
-        func validate() throws {
-            if command.isEmpty { throw ValidationError("no command given: bgtask run [options] -- COMMAND [ARGS...]") }
+        mutating func validate() throws {
+            command = try CommandWords.command(command, usage: "bgtask run [options] [--] COMMAND [ARGS...]", of: Self.self)
             if noWait && maxWait != nil { throw ValidationError("--no-wait and --max-wait exclude each other") }
         }
 

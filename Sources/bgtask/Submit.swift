@@ -32,11 +32,12 @@ extension Bgtask {
         @Flag(name: .long, help: "Print the result as JSON.")
         var json = false
 
-        @Argument(parsing: .postTerminator, help: ArgumentHelp("The command and its arguments, after --.", valueName: "command"))
+        @Argument(parsing: .captureForPassthrough,
+                  help: ArgumentHelp("The command and its arguments: everything from the first word that is not an option of bgtask's (-- before it is accepted, and needed when it starts with -).", valueName: "command"))
         var command: [String] = []
 
-        func validate() throws {
-            if command.isEmpty || command[0].isEmpty { throw ValidationError("no command given: bgtask submit [options] -- COMMAND [ARGS...]") }
+        mutating func validate() throws {
+            command = try CommandWords.command(command, usage: "bgtask submit [options] [--] COMMAND [ARGS...]", of: Self.self)
             if let e = earliest, parseWhen(e, now: wallClockNow()) == nil {
                 throw ValidationError("--earliest \(e): a duration from now (2h, 30m) or an ISO-8601 time such as 2026-11-22T21:00 or 2026-11-22T21:00:00Z")
             }

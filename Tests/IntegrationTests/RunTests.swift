@@ -236,6 +236,26 @@ extension UmockdevIntegrationTests {
 
 @Suite("bgtask run outside umockdev")
 struct RunCommandTests {
+    @Test("the command comes as nice and timeout take it: without --, its options its own; -- still accepted; an unknown option before it is an error naming it")
+    func commandWithoutTerminator() throws {
+        let p = try PolicyEnv()
+        let env = p.environment(preload: false)
+        let bare = try Child.run(Child.bgtaskPath, ["run", "--quiet", "printf", "%s|%s", "-n", "--id"], environment: env)
+        #expect(bare.0 == 0, "\(bare.2)")
+        #expect(bare.1 == "-n|--id")
+        let dashed = try Child.run(Child.bgtaskPath, ["run", "--quiet", "--", "printf", "%s", "--quiet"], environment: env)
+        #expect(dashed.0 == 0 && dashed.1 == "--quiet", "\(dashed)")
+        let typo = try Child.run(Child.bgtaskPath, ["run", "--requires-externl-power", "true"], environment: env)
+        #expect(typo.0 != 0 && typo.2.contains("--requires-externl-power"), "\(typo)")
+        let none = try Child.run(Child.bgtaskPath, ["run", "--quiet"], environment: env)
+        #expect(none.0 != 0 && none.2.contains("no command given"), "\(none)")
+        // bgtask's --help before the command, the command's own after it.
+        let help = try Child.run(Child.bgtaskPath, ["run", "--help"], environment: env)
+        #expect(help.0 == 0 && help.1.contains("USAGE: bgtask run"), "\(help)")
+        let theirs = try Child.run(Child.bgtaskPath, ["run", "--quiet", "printf", "%s", "--help"], environment: env)
+        #expect(theirs.0 == 0 && theirs.1 == "--help", "\(theirs)")
+    }
+
     @Test("a 25 % cap holds a busy loop at 25 ± 5 % of a CPU", .serialized, arguments: capMechanisms)
     func throttleAccuracy(mechanism: String) throws {
         let p = try PolicyEnv()
