@@ -702,7 +702,8 @@ public final class Daemon {
 
     /// SIGHUP: the policy is read again; a broken file keeps the last good policy in force, and says so.
     func reload() {
-        let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
+        let sources = PolicyLayers.sources(extra: options.policyFiles)
+        let (p, errors) = PolicyLayers.load(sources)
         if !errors.isEmpty {
             policyWarning = "the policy does not load (the last good policy stays in force): " + errors.map(\.description).joined(separator: "; ")
             say(policyWarning!)
@@ -717,7 +718,8 @@ public final class Daemon {
             pending[id] = nil
             add(e.row, restored: true, evaluator: shared)
         }
-        say("policy reloaded")
+        // Which files are in force now: for the journal reader, and for a test to know it sees its own file's reload.
+        say("policy reloaded: " + sources.map(\.name).joined(separator: ", "))
     }
 
     /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running

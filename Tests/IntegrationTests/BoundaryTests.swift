@@ -468,7 +468,9 @@ struct ConfigurationWatchTests {
         try FileManager.default.createDirectory(at: layer, withIntermediateDirectories: true)
         try "[[rule]]\nid = \"late.gate\"\nwhen = 'task.id == \"gated\"'\nverdict = \"defer\"\nreason = \"held by the new layer\"\n"
             .write(to: layer.appendingPathComponent("50-gate.toml"), atomically: true, encoding: .utf8)
-        _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
+        // A reload may come before the file does (the directories were made first): wait for the one that reads it.
+        _ = try #require(d.daemon?.errorLine(within: 10) { $0.contains("policy reloaded") && $0.contains("50-gate.toml") },
+                         "\(d.daemon?.stderr ?? "")")
         #expect(try d.bgtask(["submit", "--id", "gated", "--", "true"]).0 == 0)
         let entry = try #require(try d.pending().first { $0["id"] as? String == "gated" }, "not held")
         #expect(entry["rule"] as? String == "late.gate", "\(entry)")
@@ -477,7 +479,7 @@ struct ConfigurationWatchTests {
         try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
         try "id = \"org.example.Late\"\ncommand = [\"/bin/true\"]\npermitted_identifiers = [\"org.example.late.refresh\"]\n"
             .write(to: apps.appendingPathComponent("org.example.Late.toml"), atomically: true, encoding: .utf8)
-        _ = try #require(d.said("policy reloaded"), "\(d.daemon?.stderr ?? "")")
-        #expect(try d.call("ListApps", dir: p.dir).contains("org.example.Late"))
+        // As above, a reload may come between the directory and the file: wait for the manifest to be in force.
+        #expect(polled(within: 10) { (try? d.call("ListApps", dir: p.dir))?.contains("org.example.Late") == true }, "\(d.daemon?.stderr ?? "")")
     }
 }

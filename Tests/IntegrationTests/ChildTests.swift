@@ -36,6 +36,19 @@ struct ChildTests {
         #expect(lines.dropFirst().compactMap { Int($0) }.filter { $0 > 2 }.count <= 1, "\(lines)")
     }
 
+    @Test("a child starts with no signal blocked, as a shell or systemd would start it, whatever the test thread blocks")
+    func childStartsWithNoSignalBlocked() throws {
+        var block = sigset_t(), old = sigset_t()
+        sigemptyset(&block)
+        sigaddset(&block, SIGTERM)
+        sigaddset(&block, SIGCHLD)
+        pthread_sigmask(SIG_BLOCK, &block, &old)
+        defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
+        let (status, out, _) = try Child.run("/bin/sh", ["-c", "grep ^SigBlk: /proc/self/status"])
+        #expect(status == 0)
+        #expect(out.trimmingCharacters(in: .whitespacesAndNewlines).hasSuffix(String(repeating: "0", count: 16)), "\(out)")
+    }
+
     @Test("Child.run kills a child still running at its deadline and reports the signal")
     func runEnforcesItsDeadline() throws {
         let started = Date()

@@ -30,10 +30,8 @@ final class SessionDaemon {
     deinit { daemon?.stop() }
 
     func start() throws {
-        // As systemd or a shell starts it: no signal blocked (the test runner's children inherit a mask that
-        // would hide a daemon thread that takes SIGCHLD or SIGTERM from its signalfd).
-        let d = try Child("/usr/bin/python3", ["-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])",
-                                                Child.bgtaskdPath] + arguments, environment: env.merging(daemonEnv) { $1 })
+        // As systemd or a shell starts it: no signal blocked (Spawned resets the mask the test thread has).
+        let d = try Child(Child.bgtaskdPath, arguments, environment: env.merging(daemonEnv) { $1 })
         daemon = d
         // Its own line once the name is owned: an event, not a sleep.
         guard d.errorLine(within: 20, where: { $0.contains("serving io.github.bgtask.Scheduler1") }) != nil else {
