@@ -66,12 +66,16 @@ final class CleanDatabaseOperation: Operation, @unchecked Sendable {
     init(store: FeedStore, keep: Int) { self.store = store; self.keep = keep }
     override func main() {
         var feed = store.read()
+        // A database that takes a while to clean (COLORFEED_CLEAN_PACE seconds per entry), to watch it expire.
+        let pace = Double(ProcessInfo.processInfo.environment["COLORFEED_CLEAN_PACE"] ?? "") ?? 0
         for _ in 0..<max(0, feed.entries.count - keep) {
+            guard !isCancelled else { break }
+            if pace > 0 { Thread.sleep(forTimeInterval: pace) }
             guard !isCancelled else { break }
             feed.entries.removeFirst()
             removed += 1
         }
-        feed.lastCleaned = Date().timeIntervalSince1970
+        if !isCancelled { feed.lastCleaned = Date().timeIntervalSince1970 }
         try? store.write(feed)
     }
 }
@@ -147,6 +151,7 @@ final class AppDelegate: @unchecked Sendable {
     func handleDatabaseCleaning(task: BGProcessingTask) {
         let operation = CleanDatabaseOperation(store: store, keep: 5)
         task.expirationHandler = {
+            print("ColorFeed: cleaning expired; it stops")
             self.operationQueue.cancelAllOperations()
         }
         operation.completionBlock = {

@@ -148,6 +148,7 @@ extension ProbeOptions {
         o.thermal.fairCelsius = s.number("thermal.fair_celsius")
         o.thermal.seriousCelsius = s.number("thermal.serious_celsius")
         o.thermal.criticalCelsius = s.number("thermal.critical_celsius")
+        o.idleAfter = s.number("idle.after")
         return o
     }
 }

@@ -121,6 +121,8 @@ public struct TaskMachine: Sendable {
     public private(set) var startedAt: Double?
     /// Expired by bgtask (a verdict or the budget), so its end is EX_TEMPFAIL whatever the command said.
     public private(set) var expiredByUs = false
+    /// The rule whose expire verdict ended the run (the conditions, not the task, ended it), if one did.
+    public private(set) var expiredByRule: String?
     /// The signal that ended the wait, if one did (the run then exits 128+N).
     var interruptedBy: Int32?
     var monitor: (at: Double, cpu: Double)?
@@ -185,6 +187,10 @@ public struct TaskMachine: Sendable {
 
     /// The CPU monitor wants a sample at this instant (running, on battery, not yet heavy), else nil.
     public var cpuSampleDue: Double? { monitorDue }
+
+    /// What the command (or the app) itself said when it ended, whoever ended it: 0 is work done even if it was
+    /// expired on the way.
+    public var ownStatus: Int32? { if case .finished(let st) = phase { return st }; return nil }
 
     /// The exit status a `bgtask run` of this task ends with, once it is done.
     public var exitStatus: Int32? {
@@ -360,6 +366,7 @@ public struct TaskMachine: Sendable {
             let g = d.grace ?? limits.expireGrace
             phase = .expiring(killAt: now + g, killed: false)
             expiredByUs = true
+            expiredByRule = d.matches.first?.ruleID
             monitorDue = nil
             return [.expire(grace: g, why: .verdict)]
         case (.running(let cap), .defer), (.running(let cap), .pause):
@@ -378,6 +385,7 @@ public struct TaskMachine: Sendable {
             let g = d.grace ?? limits.expireGrace
             phase = .expiring(killAt: now + g, killed: false)
             expiredByUs = true
+            expiredByRule = d.matches.first { $0.verdict == .expire }?.ruleID
             monitorDue = nil
             return [.expire(grace: g, why: .verdict)]
         }

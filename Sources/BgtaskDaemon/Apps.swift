@@ -356,8 +356,18 @@ extension Daemon {
     }
 
     func tellExpire(_ t: AppTask, reason: String) {
-        expiredReasons[appKey(t.app, t.identifier)] = reason
-        guard let c = clients[t.app], t.delivered else { return }
+        let key = appKey(t.app, t.identifier)
+        expiredReasons[key] = reason
+        guard t.delivered else {
+            // Expired before the app took it (it was being launched): it is not handed over later; nothing of it ran.
+            loop.after(0) { [weak self] in
+                guard let self, let e = self.running[key], !e.supervisor.isDone, (e.supervisor.app as? AppTask) === t else { return }
+                e.supervisor.appCompleted(success: false, detail: "expired before \(t.app) took it: \(reason)")
+                self.afterRound(conditionsChanged: false)
+            }
+            return
+        }
+        guard let c = clients[t.app] else { return }
         bus.emitTo(c.connection, "Expire", [.string(t.app), .string(t.identifier), .string(reason)])
     }
 

@@ -612,6 +612,11 @@ public final class Daemon {
             r.earliest = wallClockNow() + Schedule.backoff(attempt: r.failures, base: limits.retryBackoff, max: limits.retryBackoffMax)
             next = r
             say("\(e.row.id): failed (status \(status)); retry \(r.failures) of \(r.retry) not before \(clockText(r.earliest!))")
+        } else if failed, let rule = s.machine.expiredByRule, e.row.kind != "refresh", s.machine.ownStatus != 0 {
+            // The conditions ended it (the person came back, the charger went, heat), not the work: it waits for
+            // them again, as work interrupted by a crash does. Refresh work is dropped, as on iOS.
+            next = e.row
+            say("\(e.row.id): ended by rule \(rule); queued again, to run when its conditions hold")
         } else if let every = e.row.every {
             var r = e.row
             r.failures = 0

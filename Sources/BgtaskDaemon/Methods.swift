@@ -125,7 +125,7 @@ extension Daemon {
         guard let id = (opts["id"] ?? .string(TaskID.fromCommand(argv[0]))).string else { return bad("id must be a string") }
         if let why = TaskID.problem(id) { return bad(why) }
         let kind = opts["kind"].map { $0.string ?? "" } ?? "processing"
-        guard ["processing", "refresh", "continued"].contains(kind) else { return bad("kind '\(kind)': one of processing, refresh, continued") }
+        guard ["processing", "refresh", "continued", "regular"].contains(kind) else { return bad("kind '\(kind)': one of processing, refresh, continued, regular") }
         let now = wallClockNow()
         var row = QueuedTask(id: id, kind: kind, argv: argv, submitted: now)
         row.runID = Daemon.newRunID(id)

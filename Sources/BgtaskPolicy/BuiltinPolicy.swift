@@ -19,6 +19,9 @@ fair_celsius = 70
 serious_celsius = 85
 critical_celsius = 95
 
+[idle]
+after = "5m"              # processing work starts once nobody has touched the machine this long (or every screen is locked)
+
 [run]
 expire_grace = "10s"      # SIGTERM, then this long, then SIGKILL
 refresh_budget = "30s"    # app-refresh work expires after this
@@ -57,6 +60,18 @@ id = "network.unmetered"
 when = 'task.requires_unmetered && network.metered == true'
 verdict = "defer"
 reason = "waiting for an unmetered network ({network.interface} is metered)"
+
+# ---- processing work runs while nobody uses the machine (iOS: "while the device is idle") ----
+# When the person comes back it expires at once: the app's expiration handler, then SIGTERM after the grace.
+# No hold on the way back (Apple: "stop within a few seconds"); a mouse bump cannot start work again either,
+# because it must then wait out [idle] after anew. Unknown presence (no logind, no desktop) does not hold it.
+
+[[rule]]
+id = "processing.user-away"
+when = 'task.kind == "processing" && !task.user_initiated && user.idle == false'
+verdict = "expire"
+grace = "5s"
+reason = "user {user.reason}: processing work runs while you are away"
 
 # ---- discretionary work: a person waiting for a task (user_initiated) is exempt ----
 

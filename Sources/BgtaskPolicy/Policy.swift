@@ -130,7 +130,7 @@ extension Policy {
         if t.requiresUnmetered { s |= 4 }
         if t.cpuHeavy { s |= 8 }
         if t.userInitiated { s |= 16 }
-        switch t.kind { case "processing": s |= 32; case "refresh": s |= 64; case "continued": s |= 96; default: s |= 128 }
+        switch t.kind { case "processing": s |= 32; case "refresh": s |= 64; case "continued": s |= 96; case "regular": s |= 160; default: s |= 128 }
         return s
     }
 

@@ -20,7 +20,7 @@ public struct Schema: Sendable {
     static let warnings = PolicyType.enumeration(name: "battery warning", cases: ["none", "low", "critical", "action"], ordered: true)
     static let networkKinds = PolicyType.enumeration(name: "network kind",
                                                      cases: ["ethernet", "wifi", "cellular", "loopback", "virtual", "other"], ordered: false)
-    static let taskKinds = PolicyType.enumeration(name: "task kind", cases: ["processing", "refresh", "continued"], ordered: false)
+    static let taskKinds = PolicyType.enumeration(name: "task kind", cases: ["processing", "refresh", "continued", "regular"], ordered: false)
     static let weekdays = PolicyType.enumeration(name: "weekday", cases: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ordered: false)
 
     public static let standard: Schema = {
@@ -46,13 +46,18 @@ public struct Schema: Sendable {
         c("system.power_profile", .string, "power-profiles-daemon's active profile")
         c("system.cpu_pressure", .number, "PSI cpu some avg10, percent")
         c("system.preparing_sleep", .bool, "logind announced sleep or shutdown (bgtaskd only; null elsewhere)")
+        c("user.idle", .bool, "nobody has touched the machine for idle.after, every session is locked, or nobody is logged in")
+        c("user.idle_s", .number, "seconds since the last input (0 while a session is in use)")
+        c("user.locked", .bool, "every session is locked (logind LockedHint) or the screen saver is active")
+        c("user.sessions", .number, "people's sessions (logind)")
+        c("user.reason", .string, "what user.idle was decided from")
         c("upower.available", .bool, "upowerd answers on the system bus")
         c("upower.on_battery", .bool, "UPower's OnBattery")
         c("upower.percentage", .number, "UPower's display device percentage")
         c("upower.state", .string, "UPower's display device state")
         c("upower.warning_level", .string, "UPower's display device warning level")
         t("task.id", .string, "the task's identifier")
-        t("task.kind", taskKinds, "processing, refresh or continued")
+        t("task.kind", taskKinds, "processing, refresh, continued or regular")
         t("task.requires_external_power", .bool, "the task asked for external power")
         t("task.requires_network", .bool, "the task asked for network connectivity")
         t("task.requires_unmetered", .bool, "the task asked for an unmetered network")

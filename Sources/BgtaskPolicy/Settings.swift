@@ -9,6 +9,7 @@ public struct PolicySettings: Sendable, Equatable {
         ("thermal.fair_celsius", "fair at this temperature, for zones without usable trip points"),
         ("thermal.serious_celsius", "serious at this temperature, for zones without usable trip points"),
         ("thermal.critical_celsius", "critical at this temperature, for zones without usable trip points"),
+        ("idle.after", "processing work starts once nobody has touched the machine this long (or the screen is locked)"),
         ("run.expire_grace", "time between SIGTERM and SIGKILL when a task expires"),
         ("run.refresh_budget", "how long a refresh task may run before it expires"),
         ("run.cpu_monitor_percent", "CPU share above which undeclared work counts as CPU-heavy on battery"),
@@ -27,6 +28,7 @@ public struct PolicySettings: Sendable, Equatable {
     public static let defaults: [String: PolicyValue] = [
         "battery.low_percent": .number(20), "battery.critical_percent": .number(5),
         "thermal.fair_celsius": .number(70), "thermal.serious_celsius": .number(85), "thermal.critical_celsius": .number(95),
+        "idle.after": .duration(300),
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
         "run.progress_stalled": .duration(60), "run.progress_expire": .duration(180),
         "daemon.max_running": .number(4), "daemon.max_running_heavy": .number(1), "daemon.max_pending_per_app": .number(1000),
@@ -38,7 +40,7 @@ public struct PolicySettings: Sendable, Equatable {
     public static let maxDuration: [String: Double] = ["run.expire_grace": 3600, "run.refresh_budget": 86_400,
                                                        "run.progress_stalled": 86_400, "run.progress_expire": 86_400,
                                                        "daemon.retry_backoff": 86_400, "daemon.retry_backoff_max": 7 * 86_400,
-                                                       "daemon.app_battery_budget": 86_400]
+                                                       "daemon.app_battery_budget": 86_400, "idle.after": 86_400]
     /// Upper bounds of number settings other than percentages (which are 0–100); 200 when not listed.
     public static let maxNumber: [String: Double] = ["daemon.max_running": 256, "daemon.max_running_heavy": 256,
                                                      "daemon.max_pending_per_app": 100_000, "daemon.max_pending_refresh": 100_000,

@@ -104,31 +104,36 @@ final class OneShot {
                         reply: "(ao)", autoStart: true)
         let others = askServices()
         wait()
-        return readings(upower: upowerReading(daemon: daemon, display: display, list: list), others)
+        let desktop = DesktopMonitors.read()
+        return readings(upower: upowerReading(daemon: daemon, display: display, list: list), others, desktop: desktop)
     }
 
-    /// NetworkManager and power-profiles-daemon only, with UPower read elsewhere (the watcher's client).
-    func read(upower: UPowerReading) -> DBusReadings {
+    /// NetworkManager, power-profiles-daemon and logind, with UPower and the desktop read elsewhere (the watcher's).
+    func read(upower: UPowerReading, desktop: (DesktopIdle?, String)) -> DBusReadings {
         g_main_context_push_thread_default(context)
         defer { g_main_context_pop_thread_default(context) }
         let others = askServices()
         wait()
-        return readings(upower: upower, others)
+        return readings(upower: upower, others, desktop: desktop)
     }
 
     typealias ProfileSlots = [(service: (name: String, path: String, iface: String), slot: UnsafeMutablePointer<cup_slot>)]
-    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots)
+    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots, sessions: UnsafeMutablePointer<cup_slot>)
 
     func askServices() -> ServiceSlots {
         let nm = Services.networkManager
         return (get(nm.name, nm.path, nm.iface, "Metered"),
-                Services.powerProfiles.map { (service: $0, slot: get($0.name, $0.path, $0.iface, "ActiveProfile")) })
+                Services.powerProfiles.map { (service: $0, slot: get($0.name, $0.path, $0.iface, "ActiveProfile")) },
+                askSessions())
     }
 
-    func readings(upower: UPowerReading, _ s: ServiceSlots) -> DBusReadings {
+    func readings(upower: UPowerReading, _ s: ServiceSlots, desktop: (DesktopIdle?, String)) -> DBusReadings {
         let metered = nmMetered(s.metered), p = profile(s.profiles)
+        let logind = sessions(s.sessions)
+        let presence = PresenceInputs(sessions: logind.sessions, logindReason: logind.reason, desktop: desktop.0,
+                                      desktopReason: desktop.1, readAt: monotonicNanos())
         return DBusReadings(upower: upower, nmMetered: metered.value, nmReason: metered.reason,
-                            powerProfile: p.profile, powerProfileSource: p.source)
+                            powerProfile: p.profile, powerProfileSource: p.source, presence: presence)
     }
 
     func upowerReading(daemon: UnsafeMutablePointer<cup_slot>, display: UnsafeMutablePointer<cup_slot>,

@@ -5,15 +5,18 @@ enum DBusProbe {
     static func read() -> DBusReadings {
         switch SystemBus.connect() {
         case .failure(let e):
-            return DBusReadings(upower: .unavailable(e.message), nmMetered: nil, nmReason: e.message, powerProfile: nil,
-                                powerProfileSource: e.message)
+            var r = DBusReadings.notConsulted(e.message)
+            let desktop = DesktopMonitors.read()
+            r.presence = PresenceInputs(sessions: nil, logindReason: e.message, desktop: desktop.0, desktopReason: desktop.1,
+                                        readAt: monotonicNanos())
+            return r
         case .success(let bus):
             return OneShot(bus: bus).read()
         }
     }
 
-    static func read(bus: SystemBus, upower: UPowerReading) -> DBusReadings {
-        OneShot(bus: bus).read(upower: upower)
+    static func read(bus: SystemBus, upower: UPowerReading, desktop: (DesktopIdle?, String)) -> DBusReadings {
+        OneShot(bus: bus).read(upower: upower, desktop: desktop)
     }
 }
 

@@ -6,9 +6,11 @@ public struct DBusReadings: Sendable, Equatable {
     public var nmReason: String
     public var powerProfile: String?
     public var powerProfileSource: String
+    public var presence: PresenceInputs
 
     public static func notConsulted(_ why: String) -> DBusReadings {
-        DBusReadings(upower: .unavailable(why), nmMetered: nil, nmReason: why, powerProfile: nil, powerProfileSource: why)
+        DBusReadings(upower: .unavailable(why), nmMetered: nil, nmReason: why, powerProfile: nil, powerProfileSource: why,
+                     presence: .notConsulted(why))
     }
 }
 
@@ -18,6 +20,8 @@ public struct ProbeOptions: Sendable, Equatable {
     public var useDBus: Bool
     public var battery = BatteryThresholds()
     public var thermal = ThermalFallback()
+    /// `[idle] after`: seconds without input after which the person counts as away.
+    public var idleAfter: Double = 300
 
     public init(root: SysfsRoot = .init(), useDBus: Bool? = nil) {
         self.root = root
@@ -38,6 +42,7 @@ public struct ConditionSnapshot: Sendable, Equatable {
     public var thermal: ThermalReading
     public var network: NetworkReading
     public var system: SystemReading
+    public var user: PresenceReading
     public var upower: UPowerReading
     public var supplies: [PowerSupply]
     public var zones: [ThermalZone]
@@ -58,8 +63,9 @@ public struct ConditionSnapshot: Sendable, Equatable {
         if dbus.nmMetered == nil && network.metered == nil { network.meteredSource = dbus.nmReason }
         let system = SystemReading(powerSaver: dbus.powerProfile.map { $0 == "power-saver" }, powerProfile: dbus.powerProfile,
                                    powerProfileSource: dbus.powerProfileSource, cpuPressure: cpuPressure)
+        let user = PresenceAnalysis.analyze(dbus.presence, after: options.idleAfter, now: monotonicNanos())
         return ConditionSnapshot(power: power, battery: battery, thermal: thermal, network: network, system: system,
-                                 upower: dbus.upower, supplies: supplies, zones: zones, links: links,
+                                 user: user, upower: dbus.upower, supplies: supplies, zones: zones, links: links,
                                  zoneStates: zoneStates, options: options)
     }
 
@@ -89,6 +95,11 @@ public struct ConditionSnapshot: Sendable, Equatable {
             ("system.power_saver", JSONValue(system.powerSaver)),
             ("system.power_profile", JSONValue(system.powerProfile)),
             ("system.cpu_pressure", JSONValue(system.cpuPressure)),
+            ("user.idle", JSONValue(user.idle)),
+            ("user.idle_s", JSONValue(user.idleSeconds)),
+            ("user.locked", JSONValue(user.locked)),
+            ("user.sessions", JSONValue(user.sessions.map(Double.init))),
+            ("user.reason", .string(user.reason)),
             ("upower.available", .bool(upower.available)),
             ("upower.on_battery", JSONValue(upower.onBattery)),
             ("upower.percentage", JSONValue(upower.percentage)),
@@ -137,6 +148,11 @@ public struct ConditionSnapshot: Sendable, Equatable {
             ("power_profile_source", .string(system.powerProfileSource)),
             ("cpu_pressure", JSONValue(system.cpuPressure)),
             ("cpu_pressure_source", .string(options.root.proc + "/pressure/cpu")),
+        ])))
+        sections.append(("user", .object([
+            ("idle", JSONValue(user.idle)), ("idle_s", JSONValue(user.idleSeconds)), ("locked", JSONValue(user.locked)),
+            ("sessions", JSONValue(user.sessions.map(Double.init))), ("reason", .string(user.reason)),
+            ("sources", .array(user.sources.map(JSONValue.string))),
         ])))
         sections.append(("upower", .object([
             ("available", .bool(upower.available)), ("daemon_version", JSONValue(upower.daemonVersion)),

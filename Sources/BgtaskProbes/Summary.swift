@@ -17,6 +17,7 @@ extension ConditionSnapshot {
             parts.append("network unknown (\(network.reason))")
         }
         if let p = system.powerProfile { parts.append("profile \(p)") }
+        if user.idle != nil { parts.append("user \(user.reason)") }
         return parts.joined(separator: " · ")
     }
 

@@ -270,6 +270,14 @@ final class GLibSide {
     var upower: UPowerClient?
     var pending = false
     var upowerStale = false
+    /// The session bus, for the desktop's idle monitor; nil when there is none.
+    var session: SessionBus?
+    var desktop: (DesktopIdle?, String) = (nil, "no session D-Bus")
+    /// Mutter's watches: idle for `[idle] after`, and the next input after that.
+    var idleWatch: UInt32?
+    var activeWatch: UInt32?
+    /// The one timer presence needs: the instant logind's (or KDE's) idle time reaches the threshold.
+    var presenceTimer: UnsafeMutablePointer<GSource>?
 
     init(engine: WatchEngine) { self.engine = engine }
 
@@ -303,6 +311,9 @@ final class GLibSide {
         }
         cup_dbus_watch_properties(bus!.connection, "org.freedesktop.UPower", "/org/freedesktop/UPower",
                                   onUPowerOwner, selfPointer, &a, &b)
+        // Sessions' IdleHint, LockedHint and Active (PropertiesChanged on each session), SessionNew, SessionRemoved.
+        cup_dbus_watch_sender(bus!.connection, Logind.name, nil, onSignal, selfPointer, &a, &b)
+        connectDesktop()
         refresh()
 
         let loop = g_main_loop_new(ctx, 0)
@@ -311,8 +322,10 @@ final class GLibSide {
         if !engine.stopped.load(ordering: .relaxed) { g_main_loop_run(loop) }
         engine.glibLoop.withLock { $0 = 0 }
         g_main_loop_unref(loop)
+        cancelPresenceTimer()
         upower = nil
         bus = nil
+        session = nil
     }
 
     func connectUPower() {
@@ -323,6 +336,52 @@ final class GLibSide {
         cup_connect_device_signal(u.client, "device-added", cb, selfPointer)
         cup_connect_device_signal(u.client, "device-removed", cb, selfPointer)
         if let d = u.display { cup_connect_notify(d, "notify", cb, selfPointer) }
+    }
+
+    /// The desktop's idle monitors on the session bus: Mutter's watches fire when the threshold is reached and at
+    /// the next input after it; the screen saver's ActiveChanged when the screen locks or unlocks.
+    func connectDesktop() {
+        let s: SessionBus
+        switch SessionBus.connect() {
+        case .failure(let e): desktop = (nil, e.message); return
+        case .success(let b): s = b; session = b
+        }
+        let onSignal: cup_callback = { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }
+        let onMutterOwner: cup_callback = { ctx in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            // gnome-shell restarted (or started): its watches went with it.
+            me.idleWatch = nil
+            me.activeWatch = nil
+            me.changed()
+        }
+        let onFired: cup_uint_callback = { ctx, id in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            if id == me.activeWatch { me.activeWatch = nil }   // Mutter removes a user-active watch once it fires
+            me.changed()
+        }
+        var a: guint = 0, b: guint = 0
+        let m = DesktopMonitors.mutter, ss = DesktopMonitors.screenSaver
+        cup_dbus_watch_properties(s.connection, m.name, m.path, onMutterOwner, selfPointer, &a, &b)
+        _ = cup_dbus_watch_uint_signal(s.connection, m.name, m.path, m.iface, "WatchFired", onFired, selfPointer)
+        cup_dbus_watch_sender(s.connection, ss.name, ss.iface, onSignal, selfPointer, &a, &b)
+    }
+
+    /// Reads the desktop's idle time and keeps Mutter's watches in place: the idle watch always, the
+    /// user-active watch only once the person is away (added while they type, it would fire at every key).
+    func readDesktop() {
+        guard let s = session else { return }
+        desktop = DesktopMonitors.read(s.connection)
+        guard let d = desktop.0, d.watched, let ms = d.idleMs else { return }
+        let afterMs = UInt64(max(1, engine.options.probe.idleAfter * 1000))
+        let m = DesktopMonitors.mutter
+        if idleWatch == nil {
+            idleWatch = DesktopMonitors.first(DesktopMonitors.call(s.connection, m, "AddIdleWatch", cup_params_t(guint64(afterMs)), reply: "(u)"),
+                                              { g_variant_get_uint32($0) })
+        }
+        if ms >= afterMs, activeWatch == nil {
+            activeWatch = DesktopMonitors.first(DesktopMonitors.call(s.connection, m, "AddUserActiveWatch", reply: "(u)"),
+                                                { g_variant_get_uint32($0) })
+        }
     }
 
     /// Bursts of notifications (every property of the display device changes at once) become one read.
@@ -338,7 +397,32 @@ final class GLibSide {
             upowerStale = false
             connectUPower()
         }
+        readDesktop()
         let up = upower.map { $0.reading() } ?? .unavailable("UPower client could not be created")
-        engine.publish(DBusProbe.read(bus: bus!, upower: up))
+        let readings = DBusProbe.read(bus: bus!, upower: up, desktop: desktop)
+        schedulePresence(readings.presence)
+        engine.publish(readings)
+    }
+
+    func cancelPresenceTimer() {
+        if let t = presenceTimer { g_source_destroy(t); g_source_unref(t) }
+        presenceTimer = nil
+    }
+
+    /// One timer, only while a person is idle but not yet away by logind's or KDE's clock (Mutter's watch does it
+    /// itself); a text session's idle hint, which logind computes without a signal, is read again every
+    /// `[idle] after` while one is in use.
+    func schedulePresence(_ p: PresenceInputs) {
+        cancelPresenceTimer()
+        let after = engine.options.probe.idleAfter
+        let reading = PresenceAnalysis.analyze(p, after: after, now: monotonicNanos())
+        var wait = reading.crossingIn
+        if wait == nil, reading.idle == false,
+           p.sessions?.contains(where: { $0.isPersons && $0.type == "tty" && !$0.idle }) == true {
+            wait = after
+        }
+        guard let w = wait else { return }
+        let ms = guint(min(Double(UInt32.max / 2), max(1, (w * 1000).rounded(.up) + 5)))
+        presenceTimer = cup_timeout(context, ms, { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }, selfPointer)
     }
 }

@@ -228,7 +228,7 @@ public final class Supervisor {
     }
 
     public static func thermalKey(_ t: TaskFields, phaseCode: Int) -> Int {
-        let kind = ["processing": 0, "refresh": 1, "continued": 2][t.kind] ?? 3
+        let kind = ["processing": 0, "refresh": 1, "continued": 2, "regular": 4][t.kind] ?? 3
         let flags = [t.requiresExternalPower, t.requiresNetwork, t.requiresUnmetered, t.cpuHeavy, t.userInitiated]
             .enumerated().reduce(0) { $0 | ($1.element ? 1 << $1.offset : 0) }
         return (phaseCode * 4 + kind) * 32 + flags

@@ -108,4 +108,50 @@ static inline GVariant *cup_reply_first(GVariant *reply) {
 /* A key of an a{sv} (g_variant_unref), or NULL. */
 static inline GVariant *cup_lookup(GVariant *dict, const char *key) { return g_variant_lookup_value(dict, key, NULL); }
 static inline gboolean cup_variant_is(GVariant *v, const char *type) { return g_variant_is_of_type(v, G_VARIANT_TYPE(type)); }
+/* Every signal a service sends, on any object (logind's sessions come and go), and its NameOwnerChanged. */
+static inline void cup_dbus_watch_sender(GDBusConnection *bus, const char *name, const char *iface, cup_callback fn,
+                                         void *context, guint *signals_id, guint *owner_id) {
+    cup_closure *c1 = g_new0(cup_closure, 1); c1->fn = fn; c1->context = context;
+    *signals_id = g_dbus_connection_signal_subscribe(bus, name, iface, NULL, NULL, NULL, G_DBUS_SIGNAL_FLAGS_NONE,
+                                                     cup_dbus_signal_trampoline, c1, cup_closure_free_plain);
+    cup_closure *c2 = g_new0(cup_closure, 1); c2->fn = fn; c2->context = context;
+    *owner_id = g_dbus_connection_signal_subscribe(bus, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+                                                   "/org/freedesktop/DBus", name, G_DBUS_SIGNAL_FLAGS_NONE,
+                                                   cup_dbus_signal_trampoline, c2, cup_closure_free_plain);
+}
+/* A signal whose first argument is a uint32 (Mutter's IdleMonitor WatchFired(u id)). */
+typedef void (*cup_uint_callback)(void *context, guint32 value);
+typedef struct { cup_uint_callback fn; void *context; } cup_uint_closure;
+static void cup_dbus_uint_trampoline(GDBusConnection *conn, const gchar *sender, const gchar *path,
+                                     const gchar *iface, const gchar *signal, GVariant *params, gpointer data) {
+    (void)conn; (void)sender; (void)path; (void)iface; (void)signal;
+    cup_uint_closure *c = data;
+    if (g_variant_is_of_type(params, G_VARIANT_TYPE("(u)"))) { guint32 v; g_variant_get(params, "(u)", &v); c->fn(c->context, v); }
+}
+static inline guint cup_dbus_watch_uint_signal(GDBusConnection *bus, const char *name, const char *path, const char *iface,
+                                               const char *member, cup_uint_callback fn, void *context) {
+    cup_uint_closure *c = g_new0(cup_uint_closure, 1); c->fn = fn; c->context = context;
+    return g_dbus_connection_signal_subscribe(bus, name, iface, member, path, NULL, G_DBUS_SIGNAL_FLAGS_NONE,
+                                              cup_dbus_uint_trampoline, c, cup_closure_free_plain);
+}
+/* Runs fn once on ctx after `ms`; g_source_destroy + g_source_unref the result to call it off. */
+static gboolean cup_timeout_trampoline(gpointer data) { cup_closure *c = data; c->fn(c->context); return G_SOURCE_REMOVE; }
+static inline GSource *cup_timeout(GMainContext *ctx, guint ms, cup_callback fn, void *context) {
+    cup_closure *c = g_new0(cup_closure, 1); c->fn = fn; c->context = context;
+    GSource *s = g_timeout_source_new(ms);
+    g_source_set_callback(s, cup_timeout_trampoline, c, g_free);
+    g_source_attach(s, ctx);
+    return s;
+}
+/* A synchronous call that is not allowed to start the service; NULL and `err` set on failure. */
+static inline GVariant *cup_call_sync(GDBusConnection *bus, const char *name, const char *path, const char *iface,
+                                      const char *method, GVariant *params, const char *reply_type, int timeout_ms, GError **err) {
+    return g_dbus_connection_call_sync(bus, name, path, iface, method, params,
+                                       reply_type != NULL ? G_VARIANT_TYPE(reply_type) : NULL,
+                                       G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout_ms, NULL, err);
+}
+static inline GVariant *cup_params_t(guint64 a) { return g_variant_new("(t)", a); }
+static inline GVariant *cup_params_u(guint32 a) { return g_variant_new("(u)", a); }
+/* Child `i` of a tuple or array (g_variant_unref). */
+static inline GVariant *cup_child(GVariant *v, gsize i) { return g_variant_get_child_value(v, i); }
 #endif

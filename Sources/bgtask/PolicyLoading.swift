@@ -33,8 +33,8 @@ enum TaskSpec {
                 guard !value.isEmpty, value.count <= 128 else { throw ValidationError("--task id: 1 to 128 characters") }
                 t.id = value
             } else if key == "kind" {
-                guard ["processing", "refresh", "continued"].contains(value) else {
-                    throw ValidationError("--task kind=\(value): one of processing, refresh, continued")
+                guard ["processing", "refresh", "continued", "regular"].contains(value) else {
+                    throw ValidationError("--task kind=\(value): one of processing, refresh, continued, regular")
                 }
                 t.kind = value
             } else if key == "waited" || key == "running" {

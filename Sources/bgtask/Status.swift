@@ -54,6 +54,7 @@ struct StatusReport {
             out("  thermal: \(snap.thermal.reason)")
             out("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
             out("  profile: \(snap.system.powerProfileSource)")
+            out("  user:    \(snap.user.reason)")
             out("  upower:  \(snap.upower.reason)")
             if let d = snap.disagreement { out("  note:    \(d)") }
             for s in snap.supplies {

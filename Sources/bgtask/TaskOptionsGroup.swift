@@ -4,7 +4,7 @@ import BgtaskPolicy
 
 /// A task's kind, as `--kind` takes it (completed by the shells from the cases).
 enum TaskKind: String, ExpressibleByArgument, CaseIterable, Sendable {
-    case processing, refresh, continued
+    case processing, refresh, continued, regular
 }
 
 /// A duration argument (`90s`, `30m`, `2h`, `1d`, `1h30m`), parsed once where the argument is read.
@@ -25,8 +25,11 @@ struct TaskOptionsGroup: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("A name for the task, for messages and `bgtask why` (default: the command's name).", valueName: "name"))
     var id: String?
 
-    @Option(name: .long, help: ArgumentHelp("processing (default), refresh (expires after run.refresh_budget) or continued.", valueName: "kind"))
+    @Option(name: .long, help: ArgumentHelp("processing (default: runs while you are away), refresh (expires after run.refresh_budget), continued, or regular (a command that does not wait for you to step away).", valueName: "kind"))
     var kind: TaskKind = .processing
+
+    @Flag(name: .long, help: "Do not wait for you to step away (processing work otherwise does): the kind regular.")
+    var ignoreIdle = false
 
     @Flag(name: .long, help: "Wait for external power (and turn the CPU monitor off, as iOS does).")
     var requiresExternalPower = false
@@ -57,11 +60,12 @@ struct TaskOptionsGroup: ParsableArguments {
     }
 
     var isGivenBesidesBudget: Bool {
-        id != nil || kind != .processing || requiresExternalPower || requiresNetwork || unmetered || cpuHeavy || userInitiated
+        id != nil || kind != .processing || ignoreIdle || requiresExternalPower || requiresNetwork || unmetered || cpuHeavy || userInitiated
     }
 
     func task(command: [String]) -> TaskFields {
-        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: kind.rawValue)
+        let k = ignoreIdle && kind == .processing ? TaskKind.regular : kind
+        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: k.rawValue)
         t.requiresExternalPower = requiresExternalPower
         t.requiresNetwork = requiresNetwork
         t.requiresUnmetered = unmetered

@@ -49,7 +49,10 @@ extension Bgtask {
                 recordFile = f
             }
             let interval: Int32? = thermalInterval > 0 ? Int32(thermalInterval * 1000) : nil
-            let options = WatchOptions(probe: probe.probeOptions, thermalIntervalMs: interval)
+            // The policy's thresholds (battery low, [idle] after) make the readings match what `run` and bgtaskd
+            // decide from; a policy that does not load leaves the defaults (`policy check` says why).
+            let settings = PolicyLayers.load(PolicyLayers.sources(extra: [])).0.settings
+            let options = WatchOptions(probe: probe.probeOptions.applying(settings), thermalIntervalMs: interval)
             let done = DispatchSemaphore(value: 0)
             let printer = LinePrinter(json: json, record: recordFile, limit: count)
             // Ctrl-C, SIGTERM and SIGHUP end it between two lines, never inside one: a line of the --record

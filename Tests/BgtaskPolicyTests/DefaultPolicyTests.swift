@@ -368,3 +368,57 @@ struct TimeRuleTests {
         #expect(opaque.time.opaque)
     }
 }
+
+@Suite("Processing work runs while the person is away")
+struct IdleRuleTests {
+    let away: [String: PolicyValue] = ["power.external": .bool(true), "user.idle": .bool(true), "user.idle_s": .number(400),
+                                       "user.reason": .string("away 6 min (logind)")]
+    let present: [String: PolicyValue] = ["power.external": .bool(true), "user.idle": .bool(false), "user.idle_s": .number(0),
+                                          "user.reason": .string("active now (logind)")]
+
+    @Test("a processing task waits while the person is active, starts when away, expires within 5 s when they return, and a new run waits again")
+    func processingFollowsPresence() throws {
+        let p = try defaultPolicy()
+        var m = TaskMachine(task: TaskFields(id: "clean", kind: "processing"), enqueuedAt: 0)
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> (Decision, [TaskAction]) {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now)
+        }
+        let (d, a) = at(0, present)
+        #expect(a == [] && m.phase == .waiting)
+        #expect(d.matches.first?.ruleID == "processing.user-away")
+        #expect(d.reason == "user active now (logind): processing work runs while you are away")
+        #expect(at(10, away).1 == [.start])
+        #expect(at(20, present).1 == [.expire(grace: 5, why: .verdict)])
+        #expect(m.expiredByRule == "processing.user-away")
+        #expect(m.nextWake == 25)
+        var again = TaskMachine(task: TaskFields(id: "clean", kind: "processing"), enqueuedAt: 30)
+        #expect(again.step(Policy.Evaluator(policy: p, conditions: present, time: .midnightMonday), now: 30).1 == [])
+    }
+
+    @Test("refresh, continued, regular and user-initiated work is not gated on presence; unknown presence gates nothing")
+    func othersAreNotGated() throws {
+        let p = try defaultPolicy()
+        var user = TaskFields(id: "u", kind: "processing")
+        user.userInitiated = true
+        for t in [TaskFields(id: "r", kind: "refresh"), TaskFields(id: "c", kind: "continued"), TaskFields(id: "g", kind: "regular"), user] {
+            var h: HoldState = [:]
+            #expect(Policy.Evaluator(policy: p, conditions: present, time: .midnightMonday).decide(t, now: 0, hold: &h).verdict == .run, "\(t.kind)")
+        }
+        var h: HoldState = [:]
+        let unknown: [String: PolicyValue] = ["power.external": .bool(true), "user.idle": .null]
+        #expect(Policy.Evaluator(policy: p, conditions: unknown, time: .midnightMonday)
+            .decide(TaskFields(id: "p", kind: "processing"), now: 0, hold: &h).verdict == .run)
+    }
+
+    @Test("a layer can switch the rule off or move the threshold ([idle] after)")
+    func layersTuneIt() throws {
+        let base = try String(contentsOfFile: defaultPolicyPath, encoding: .utf8)
+        let off = Policy.merge([try file(base, path: "default.toml"),
+                                try file("[[rule]]\nid = \"processing.user-away\"\nenabled = false\n", path: "off.toml")])
+        var h: HoldState = [:]
+        #expect(Policy.Evaluator(policy: off, conditions: present, time: .midnightMonday)
+            .decide(TaskFields(id: "p", kind: "processing"), now: 0, hold: &h).verdict == .run)
+        let tuned = Policy.merge([try file(base, path: "default.toml"), try file("[idle]\nafter = \"30s\"\n", path: "tuned.toml")])
+        #expect(tuned.settings.number("idle.after") == 30)
+    }
+}

@@ -145,7 +145,7 @@ struct HostileSysfsTests {
                                devices: [UPowerDevice(kind: "ups", nativePath: "/sys/devices/pci0000:00/usb1/1-1/usbmisc/hiddev0",
                                                       percentage: 80, state: "discharging", online: false, isPowerSupply: true)],
                                reason: "test")
-        let dbus = DBusReadings(upower: up, nmMetered: nil, nmReason: "", powerProfile: nil, powerProfileSource: "")
+        let dbus = DBusReadings(upower: up, nmMetered: nil, nmReason: "", powerProfile: nil, powerProfileSource: "", presence: .notConsulted("test"))
         let s = ConditionSnapshot.assemble(supplies: [], zones: [], links: [], routesReadable: true, cpuPressure: nil, dbus: dbus,
                                            options: ProbeOptions(root: SysfsRoot(sysfs: "/nonexistent"), useDBus: false))
         #expect(s.power.external == false)
@@ -154,7 +154,7 @@ struct HostileSysfsTests {
         var laptop = up
         laptop.devices = [UPowerDevice(kind: "battery", nativePath: "BAT0", percentage: 50, state: "charging", online: false, isPowerSupply: true)]
         let t = ConditionSnapshot.assemble(supplies: [], zones: [], links: [], routesReadable: true, cpuPressure: nil,
-                                           dbus: DBusReadings(upower: laptop, nmMetered: nil, nmReason: "", powerProfile: nil, powerProfileSource: ""),
+                                           dbus: DBusReadings(upower: laptop, nmMetered: nil, nmReason: "", powerProfile: nil, powerProfileSource: "", presence: .notConsulted("test")),
                                            options: ProbeOptions(root: SysfsRoot(sysfs: "/nonexistent"), useDBus: false))
         #expect(t.power.external == true)
     }

@@ -54,12 +54,13 @@ final class ExampleSetup {
     let laptop: Testbed.Laptop
     let d: SessionDaemon
 
-    init(onCharger: Bool, policies: [(String, String)] = [], system: PrivateBus? = nil) throws {
+    init(onCharger: Bool, policies: [(String, String)] = [], system: PrivateBus? = nil, appEnv: [String: String] = [:]) throws {
         p = try PolicyEnv()
         for (name, text) in policies { try p.userPolicy(name, text) }
         apps = try ExampleApps(p)
         laptop = onCharger ? tb.addLaptop(acOnline: true, batteryStatus: "Charging") : tb.addLaptop(acOnline: false)
-        d = try SessionDaemon(policy: p, preload: true, system: system, daemonEnv: apps.env, extraEnv: apps.env)
+        let env = apps.env.merging(appEnv) { $1 }
+        d = try SessionDaemon(policy: p, preload: true, system: system, daemonEnv: env, extraEnv: env)
     }
 }
 

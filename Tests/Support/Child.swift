@@ -22,6 +22,8 @@ public final class Child: @unchecked Sendable {
             if let eq = s.firstIndex(of: "=") { env[String(s[..<eq])] = String(s[s.index(after: eq)...]) }
             p += 1
         }
+        // The machine's own session bus (a desktop's idle monitor) must not decide a test: one is named where needed.
+        env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=/nonexistent/bgtask-tests-have-no-session-bus"
         for (k, v) in overrides { env[k] = v }
         return env
     }
