@@ -89,7 +89,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
-        .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes", "CLinux"], path: "Tests/Support"),
+        .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes", "CLinux"], path: "Tests/Support", exclude: ["dbusmock"]),
         .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",
                                                                "BgtaskBus", "BgtaskQueue"],
                           path: "Benchmarks/bgtask-bench"),

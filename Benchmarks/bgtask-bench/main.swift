@@ -598,3 +598,83 @@ if want("9") {
     daemon.stop()
     row("charger uevent → first of 100 pending commands' first instruction (bgtaskd)", firsts, unit: "ms")
 }
+
+// 11. Waiting for the person to step away (logind's idle hint on a private system bus, python-dbusmock's logind):
+//     IdleHint signal → the waiting processing command's first instruction, next to the charger uevent → first
+//     instruction in the same run; and the wake-ups of a run that waits while a session is in use.
+if want("11") {
+    let stamp = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-stamp").path
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-idle-\(getpid())")
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
+    // The mechanism, not the holds: no hold on the charger rule, and away as soon as the hint says idle.
+    try ("[idle]\nafter = \"1ms\"\n[[rule]]\nid = \"processing.needs-power\"\n"
+         + "when = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n")
+        .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
+    let bus = try PrivateBus()
+    let logind = try Child("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", "logind"],
+                           environment: bus.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]))
+    try bus.waitForName("org.freedesktop.login1")
+    // One connection kept open: each line on its stdin sets the hint, and it prints CLOCK_MONOTONIC (ns) just
+    // before the call, so the time of starting a gdbus process is not counted.
+    let setter = try Child("/usr/bin/python3", ["-c", """
+        import sys, time, dbus
+        bus = dbus.SystemBus()
+        m = bus.get_object('org.freedesktop.login1', '/org/freedesktop/login1')
+        m.AddSession('2', 'seat0', dbus.UInt32(1000), 'alice', True, dbus_interface='org.freedesktop.DBus.Mock')
+        s = bus.get_object('org.freedesktop.login1', '/org/freedesktop/login1/session/2')
+        print('ready', flush=True)
+        for line in sys.stdin:
+            idle = line.strip() == 'idle'
+            print(time.monotonic_ns(), flush=True)
+            s.UpdateProperties('org.freedesktop.login1.Session', {'IdleHint': dbus.Boolean(idle),
+                'IdleSinceHintMonotonic': dbus.UInt64(time.monotonic_ns() // 1000)}, dbus_interface='org.freedesktop.DBus.Mock')
+        """], environment: bus.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]), stdin: true)
+    guard setter.line(within: 10) == "ready" else { fatalError("the idle setter did not start: \(setter.stderr)") }
+    func env() -> [String: String] {
+        bus.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                         "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
+                         "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
+                         "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path])
+    }
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    func set(_ what: String) -> UInt64 {
+        setter.write(what + "\n")
+        guard let l = setter.line(within: 5), let t = UInt64(l) else { fatalError("no time from the setter: \(setter.stderr)") }
+        return t
+    }
+    func idleReaction() -> Double {
+        _ = set("active")
+        let run = try! Child(Child.bgtaskPath, ["run", "--kind", "processing", "--", stamp], environment: env())
+        guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
+        let t0 = set("idle")
+        guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
+        _ = run.waitExit(within: 5)
+        return Double(Int64(first) - Int64(t0)) / 1_000_000
+    }
+    func chargerReaction() -> Double {
+        _ = set("idle")
+        tb.plug(laptop, false)
+        let run = try! Child(Child.bgtaskPath, ["run", "--kind", "processing", "--requires-external-power", "--", stamp], environment: env())
+        guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
+        let t0 = now()
+        tb.plug(laptop, true, batteryStatus: "Charging")
+        guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
+        _ = run.waitExit(within: 5)
+        return Double(first - t0) / 1_000_000
+    }
+    var idle: [Double] = [], charger: [Double] = []
+    for _ in 0..<max(10, toggles / 4) { idle.append(idleReaction()); charger.append(chargerReaction()) }
+    row("logind IdleHint signal → waiting processing command's first instruction (`bgtask run`, same bus)", idle, unit: "ms")
+    row("charger uevent → waiting processing command's first instruction (`bgtask run`, same run)", charger, unit: "ms")
+    print(String(format: "| ratio idle-hint reaction / charger reaction, medians | | %.2f | |",
+                 percentile(idle, 0.5) / percentile(charger, 0.5)))
+
+    // Waiting while a session is in use: nothing but logind's signal can start it, so nothing wakes it.
+    _ = set("active")
+    let waiting = try Child(Child.bgtaskPath, ["run", "--kind", "processing", "--", "true"], environment: env())
+    guard waiting.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait") }
+    idleRow("waiting `bgtask run --kind processing` wake-ups per minute (a session in use)", waiting)
+    setter.stop()
+    logind.stop()
+}

@@ -149,6 +149,7 @@ extension ProbeOptions {
         o.thermal.seriousCelsius = s.number("thermal.serious_celsius")
         o.thermal.criticalCelsius = s.number("thermal.critical_celsius")
         o.idleAfter = s.number("idle.after")
+        o.storageLowBytes = s.number("storage.low_mb") * 1_048_576
         return o
     }
 }

@@ -197,7 +197,12 @@ public final class Daemon {
         if !options.quiet { fputs(Terminal.safe("bgtaskd: \(s)") + "\n", stderr) }
     }
 
-    var probe: ProbeOptions { options.probe.applying(policy.settings) }
+    var probe: ProbeOptions {
+        var o = options.probe.applying(policy.settings)
+        // One filesystem for every task's storage.*: the home directory, where they run unless told otherwise.
+        if o.storagePath == nil { o.storagePath = getenv("HOME").map { String(cString: $0) } ?? "/" }
+        return o
+    }
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {

@@ -22,6 +22,9 @@ critical_celsius = 95
 [idle]
 after = "5m"              # processing work starts once nobody has touched the machine this long (or every screen is locked)
 
+[storage]
+low_mb = 1024             # processing work waits while the working directory's filesystem has less free (MiB)
+
 [run]
 expire_grace = "10s"      # SIGTERM, then this long, then SIGKILL
 refresh_budget = "30s"    # app-refresh work expires after this
@@ -72,6 +75,12 @@ when = 'task.kind == "processing" && !task.user_initiated && user.idle == false'
 verdict = "expire"
 grace = "5s"
 reason = "user {user.reason}: processing work runs while you are away"
+
+[[rule]]
+id = "processing.storage-low"
+when = 'task.kind == "processing" && !task.user_initiated && storage.low == true'
+verdict = "defer"
+reason = "storage low on {storage.path} ({storage.free_bytes} bytes free, under {storage.low_mb} MiB)"
 
 # ---- discretionary work: a person waiting for a task (user_initiated) is exempt ----
 

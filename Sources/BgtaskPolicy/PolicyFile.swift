@@ -10,7 +10,7 @@ public struct PolicyFile: Sendable {
 
     static let ruleKeys = ["id", "when", "verdict", "reason", "cpu_percent", "grace", "hold", "hold_on", "hold_off",
                            "when_unknown", "enabled"]
-    static let sections = ["battery", "thermal", "idle", "run", "daemon", "rule"]
+    static let sections = ["battery", "thermal", "idle", "storage", "run", "daemon", "rule"]
 
     /// A file's bytes as text: valid UTF-8 with no NUL or other control character but tab, CR and newline
     /// (TOML allows no others, and a NUL would end the text for the C++ parser, silently dropping the rest).
@@ -84,12 +84,12 @@ public struct PolicyFile: Sendable {
         for key in table.keys.sorted() where !sections.contains(key) {
             let at = src.find(key: key, from: 1, to: nil, atValue: false) ?? src.header(key).map { ($0, 2) } ?? (1, 1)
             let hint = sections.filter { editDistance($0, key) <= 2 }.first.map { "; did you mean [\($0)]?" } ?? ""
-            errors.append(src.error("unknown section or key '\(key)' (known: [battery], [thermal], [idle], [run], [daemon], [[rule]])\(hint)",
+            errors.append(src.error("unknown section or key '\(key)' (known: [battery], [thermal], [idle], [storage], [run], [daemon], [[rule]])\(hint)",
                                     line: at.0, column: at.1, length: key.count))
         }
 
         // Settings sections.
-        for section in ["battery", "thermal", "idle", "run", "daemon"] {
+        for section in ["battery", "thermal", "idle", "storage", "run", "daemon"] {
             guard let value = table[section] else { continue }
             let headerLine = src.header(section) ?? 1
             guard let t = value.table else {

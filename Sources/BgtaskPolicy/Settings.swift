@@ -9,6 +9,7 @@ public struct PolicySettings: Sendable, Equatable {
         ("thermal.fair_celsius", "fair at this temperature, for zones without usable trip points"),
         ("thermal.serious_celsius", "serious at this temperature, for zones without usable trip points"),
         ("thermal.critical_celsius", "critical at this temperature, for zones without usable trip points"),
+        ("storage.low_mb", "storage.low below this many MiB free on the working directory's filesystem"),
         ("idle.after", "processing work starts once nobody has touched the machine this long (or the screen is locked)"),
         ("run.expire_grace", "time between SIGTERM and SIGKILL when a task expires"),
         ("run.refresh_budget", "how long a refresh task may run before it expires"),
@@ -28,7 +29,7 @@ public struct PolicySettings: Sendable, Equatable {
     public static let defaults: [String: PolicyValue] = [
         "battery.low_percent": .number(20), "battery.critical_percent": .number(5),
         "thermal.fair_celsius": .number(70), "thermal.serious_celsius": .number(85), "thermal.critical_celsius": .number(95),
-        "idle.after": .duration(300),
+        "idle.after": .duration(300), "storage.low_mb": .number(1024),
         "run.expire_grace": .duration(10), "run.refresh_budget": .duration(30), "run.cpu_monitor_percent": .number(50),
         "run.progress_stalled": .duration(60), "run.progress_expire": .duration(180),
         "daemon.max_running": .number(4), "daemon.max_running_heavy": .number(1), "daemon.max_pending_per_app": .number(1000),
@@ -44,7 +45,8 @@ public struct PolicySettings: Sendable, Equatable {
     /// Upper bounds of number settings other than percentages (which are 0–100); 200 when not listed.
     public static let maxNumber: [String: Double] = ["daemon.max_running": 256, "daemon.max_running_heavy": 256,
                                                      "daemon.max_pending_per_app": 100_000, "daemon.max_pending_refresh": 100_000,
-                                                     "daemon.max_pending_processing": 100_000]
+                                                     "daemon.max_pending_processing": 100_000,
+                                                     "storage.low_mb": 100_000_000]
 
     public func number(_ name: String) -> Double {
         if case .number(let n)? = values[name] { return n }

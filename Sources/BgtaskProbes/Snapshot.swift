@@ -22,6 +22,10 @@ public struct ProbeOptions: Sendable, Equatable {
     public var thermal = ThermalFallback()
     /// `[idle] after`: seconds without input after which the person counts as away.
     public var idleAfter: Double = 300
+    /// Whose filesystem `storage.*` describes: nil for the current directory (`bgtask run`'s command runs there).
+    public var storagePath: String?
+    /// `[storage] low_mb`, in bytes.
+    public var storageLowBytes: Double = 1024 * 1_048_576
 
     public init(root: SysfsRoot = .init(), useDBus: Bool? = nil) {
         self.root = root
@@ -43,6 +47,7 @@ public struct ConditionSnapshot: Sendable, Equatable {
     public var network: NetworkReading
     public var system: SystemReading
     public var user: PresenceReading
+    public var storage: StorageReading
     public var upower: UPowerReading
     public var supplies: [PowerSupply]
     public var zones: [ThermalZone]
@@ -65,7 +70,8 @@ public struct ConditionSnapshot: Sendable, Equatable {
                                    powerProfileSource: dbus.powerProfileSource, cpuPressure: cpuPressure)
         let user = PresenceAnalysis.analyze(dbus.presence, after: options.idleAfter, now: monotonicNanos())
         return ConditionSnapshot(power: power, battery: battery, thermal: thermal, network: network, system: system,
-                                 user: user, upower: dbus.upower, supplies: supplies, zones: zones, links: links,
+                                 user: user, storage: StorageReading.read(path: options.storagePath, lowBytes: options.storageLowBytes),
+                                 upower: dbus.upower, supplies: supplies, zones: zones, links: links,
                                  zoneStates: zoneStates, options: options)
     }
 
@@ -100,6 +106,9 @@ public struct ConditionSnapshot: Sendable, Equatable {
             ("user.locked", JSONValue(user.locked)),
             ("user.sessions", JSONValue(user.sessions.map(Double.init))),
             ("user.reason", .string(user.reason)),
+            ("storage.free_bytes", JSONValue(storage.freeBytes)),
+            ("storage.low", JSONValue(storage.low)),
+            ("storage.path", JSONValue(storage.path)),
             ("upower.available", .bool(upower.available)),
             ("upower.on_battery", JSONValue(upower.onBattery)),
             ("upower.percentage", JSONValue(upower.percentage)),
@@ -153,6 +162,10 @@ public struct ConditionSnapshot: Sendable, Equatable {
             ("idle", JSONValue(user.idle)), ("idle_s", JSONValue(user.idleSeconds)), ("locked", JSONValue(user.locked)),
             ("sessions", JSONValue(user.sessions.map(Double.init))), ("reason", .string(user.reason)),
             ("sources", .array(user.sources.map(JSONValue.string))),
+        ])))
+        sections.append(("storage", .object([
+            ("free_bytes", JSONValue(storage.freeBytes)), ("low", JSONValue(storage.low)), ("path", JSONValue(storage.path)),
+            ("reason", .string(storage.reason)),
         ])))
         sections.append(("upower", .object([
             ("available", .bool(upower.available)), ("daemon_version", JSONValue(upower.daemonVersion)),

@@ -311,8 +311,10 @@ final class GLibSide {
         }
         cup_dbus_watch_properties(bus!.connection, "org.freedesktop.UPower", "/org/freedesktop/UPower",
                                   onUPowerOwner, selfPointer, &a, &b)
-        // Sessions' IdleHint, LockedHint and Active (PropertiesChanged on each session), SessionNew, SessionRemoved.
-        cup_dbus_watch_sender(bus!.connection, Logind.name, nil, onSignal, selfPointer, &a, &b)
+        // Sessions' IdleHint, LockedHint and Active (PropertiesChanged on each session), SessionNew, SessionRemoved;
+        // by interface, so that nothing our own calls cause (a mock's MethodCalled) comes back as a change.
+        cup_dbus_watch_sender(bus!.connection, Logind.name, "org.freedesktop.DBus.Properties", onSignal, selfPointer, &a, &b)
+        cup_dbus_watch_sender(bus!.connection, Logind.name, Logind.manager, onSignal, selfPointer, &a, &b)
         connectDesktop()
         refresh()
 

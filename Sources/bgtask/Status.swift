@@ -55,6 +55,7 @@ struct StatusReport {
             out("  network: \(snap.network.reason); metered from \(snap.network.meteredSource)")
             out("  profile: \(snap.system.powerProfileSource)")
             out("  user:    \(snap.user.reason)")
+            out("  storage: \(snap.storage.reason)")
             out("  upower:  \(snap.upower.reason)")
             if let d = snap.disagreement { out("  note:    \(d)") }
             for s in snap.supplies {

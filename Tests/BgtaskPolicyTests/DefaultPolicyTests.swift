@@ -422,3 +422,26 @@ struct IdleRuleTests {
         #expect(tuned.settings.number("idle.after") == 30)
     }
 }
+
+@Suite("Processing work waits while storage is low")
+struct StorageRuleTests {
+    @Test("storage.low defers processing work (not refresh, regular or user-initiated work); unknown storage holds nothing")
+    func lowStorageDefers() throws {
+        let p = try defaultPolicy()
+        func verdict(_ t: TaskFields, _ low: PolicyValue) -> Decision {
+            var h: HoldState = [:]
+            return Policy.Evaluator(policy: p, conditions: ["power.external": .bool(true), "storage.low": low, "storage.path": .string("/home/a"),
+                                                            "storage.free_bytes": .number(5_000_000)], time: .midnightMonday)
+                .decide(t, now: 0, hold: &h)
+        }
+        let d = verdict(TaskFields(id: "p", kind: "processing"), .bool(true))
+        #expect(d.verdict == .defer && d.matches.first?.ruleID == "processing.storage-low")
+        #expect(d.reason == "storage low on /home/a (5000000 bytes free, under 1024 MiB)", "\(d.reason)")
+        var user = TaskFields(id: "u", kind: "processing")
+        user.userInitiated = true
+        for t in [TaskFields(id: "r", kind: "refresh"), TaskFields(id: "g", kind: "regular"), user] {
+            #expect(verdict(t, .bool(true)).verdict == .run, "\(t.kind)")
+        }
+        #expect(verdict(TaskFields(id: "p", kind: "processing"), .null).verdict == .run)
+    }
+}

@@ -93,3 +93,17 @@ struct PresenceTests {
         #expect(c["user.reason"] == .string("active now (logind)"))
     }
 }
+
+/// `storage.*`: statvfs of the working directory's filesystem, read with the other conditions.
+struct StorageTests {
+    @Test("free bytes from statvfs; low under the threshold; a missing directory is unknown, with the path and the errno's text")
+    func statvfsReading() {
+        let ok = StorageReading.read(path: "/dev/shm", lowBytes: 0)
+        #expect(ok.freeBytes != nil && ok.low == false && ok.path == "/dev/shm")
+        #expect(StorageReading.read(path: "/dev/shm", lowBytes: 1e18).low == true)
+        let missing = StorageReading.read(path: "/nonexistent/bgtask", lowBytes: 0)
+        #expect(missing.freeBytes == nil && missing.low == nil)
+        #expect(missing.reason == "statvfs /nonexistent/bgtask: No such file or directory")
+        #expect(StorageReading.read(path: nil, lowBytes: 0).path != nil, "the current directory")
+    }
+}

@@ -336,7 +336,8 @@ struct BoundaryTests {
         #expect(gone(first, within: 15), "the daemonized child survived cancel")
 
         try FileManager.default.removeItem(at: pids)
-        #expect(try d.bgtask(["submit", "--id", "leaver", "--", "sh", "-c", daemonize + "exit 0"]).0 == 0)
+        // The command exits once its escaped child has said who it is (else bgtaskd may end it before it writes).
+        #expect(try d.bgtask(["submit", "--id", "leaver", "--", "sh", "-c", daemonize + "until [ -s \(pids.path) ]; do sleep 0.05; done; exit 0"]).0 == 0)
         let ended = try #require(d.said("leaver: ended 1 process(es) its command left running"), "\(d.daemon?.stderr ?? "")")
         let second = try #require(child())
         #expect(ended.contains("\(second)"), "\(ended)")

@@ -228,3 +228,54 @@ extension UmockdevIntegrationTests {
         #expect(apps.feed.count == 5, "the handler keeps the newest 5 colors: \(apps.feed.count)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("a trace recorded by watch --record while the person leaves and comes back: policy simulate starts the processing task when they are away and expires it when they return; a refresh task starts at once")
+    func simulatePresenceTrace() throws {
+        try requirePreload()
+        let logind = try MockLogind()
+        try logind.addSession("2")
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let env = p.environment(preload: true, ["DBUS_SYSTEM_BUS_ADDRESS": logind.bus.address])
+        let trace = p.dir.appendingPathComponent("trace.jsonl").path
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--thermal-interval", "0", "--record", trace], environment: env)
+        _ = try #require(watch.line(within: 10), "no first line: \(watch.stderr)")
+        try logind.setIdle("2", true, secondsAgo: 600)
+        _ = try #require(watch.line(within: 5) { $0.contains("\"user.idle\"") }, "\(watch.stdout)")
+        try logind.setIdle("2", false)
+        _ = try #require(watch.line(within: 5) { $0.contains("\"user.idle\"") }, "\(watch.stdout)")
+        watch.process.terminate()
+        #expect(watch.waitExit(within: 10) == 128 + SIGTERM)
+        watch.stop()
+
+        func actions(_ task: String) throws -> [String] {
+            let r = try Child.run(Child.bgtaskPath, ["policy", "simulate", "--trace", trace, "--task", task, "--json"], environment: p.env)
+            #expect(r.0 == 0, "\(r.2)")
+            let events = try r.1.split(separator: "\n").map { try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]) }
+            return events.flatMap { ($0["actions"] as? [String]) ?? [] }
+        }
+        let processing = try actions("kind=processing")
+        #expect(processing.first == "started" && processing.contains { $0.hasPrefix("expire") }, "\(processing)")
+        let refresh = try actions("kind=refresh")
+        #expect(refresh.first == "started" && !refresh.contains { $0.hasPrefix("expire") && !$0.contains("budget") }, "\(refresh)")
+    }
+}
+
+extension PolicyCommandTests {
+    @Test("bgtask run of processing work where the filesystem has less free than [storage] low_mb: it waits, and says how much is free where; regular (--ignore-idle) and user-initiated work runs")
+    func lowStorageHoldsProcessingWork() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-storage.toml", "[storage]\nlow_mb = 100000000\n")
+        let (rc, _, err) = try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--", "true"], environment: p.env, deadline: 30)
+        #expect(rc == 75, "\(err)")
+        #expect(err.contains("storage low on /") && err.contains("processing.storage-low"), "\(err)")
+        for flag in ["--user-initiated", "--ignore-idle"] {
+            #expect(try Child.run(Child.bgtaskPath, ["run", "--no-wait", flag, "--", "true"], environment: p.env, deadline: 30).0 == 0, "\(flag)")
+        }
+        let (s, o, _) = try Child.run(Child.bgtaskPath, ["status", "--json"], environment: p.env)
+        let j = try parseJSON(o)
+        #expect(s == 0 && value(j, "storage.free_bytes") is Double, "\(o)")
+    }
+}

@@ -28,16 +28,19 @@ public final class Child: @unchecked Sendable {
         return env
     }
 
-    public init(_ executable: String, _ arguments: [String], environment: [String: String] = Child.environment()) throws {
+    /// With `stdin`, the child reads what `write(_:)` sends (else /dev/null).
+    public init(_ executable: String, _ arguments: [String], environment: [String: String] = Child.environment(), stdin: Bool = false) throws {
         let (outR, outW) = try closeOnExecPipe()
         let (errR, errW) = try closeOnExecPipe()
-        defer { close(outW); close(errW) }
+        let input = stdin ? try closeOnExecPipe() : nil
+        defer { close(outW); close(errW); if let i = input { close(i.0) } }
         do {
-            process = try Spawned(executable, arguments, environment: environment, stdout: outW, stderr: errW)
+            process = try Spawned(executable, arguments, environment: environment, stdin: input?.0, stdout: outW, stderr: errW)
         } catch {
-            close(outR); close(errR)
+            close(outR); close(errR); if let i = input { close(i.1) }
             throw error
         }
+        inputFD = input?.1 ?? -1
         // One reader thread for both pipes; it closes them at end of file, so a finished child leaves no descriptor.
         Thread.detachNewThread { [weak self] in
             drain([outR, errR]) { index, data in
@@ -108,9 +111,23 @@ public final class Child: @unchecked Sendable {
     }
 
     /// SIGTERM, a grace period, then SIGKILL (upowerd, for one, may not exit on SIGTERM).
+    /// Sends `text` to the child's stdin (a child started with `stdin: true`).
+    public func write(_ text: String) {
+        guard inputFD >= 0 else { return }
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { Glibc.write(inputFD, $0.baseAddress, $0.count) }
+            if n <= 0 { if errno == EINTR { continue }; return }
+            bytes = bytes.dropFirst(n)
+        }
+    }
+    private var inputFD: Int32 = -1
+    deinit { if inputFD >= 0 { close(inputFD) } }
+
     public func stop(grace: Double = 3) {
         guard !stopped else { return }
         stopped = true
+        if inputFD >= 0 { close(inputFD); inputFD = -1 }
         if process.isRunning {
             process.terminate()
             if !process.wait(until: Date().addingTimeInterval(grace)) {
