@@ -109,27 +109,28 @@ final class OneShot {
     }
 
     /// NetworkManager, power-profiles-daemon and logind, with UPower and the desktop read elsewhere (the watcher's).
-    func read(upower: UPowerReading, desktop: (DesktopIdle?, String)) -> DBusReadings {
+    /// `sessions`: logind's sessions as the watcher keeps them from logind's signals (nil: list them again).
+    func read(upower: UPowerReading, desktop: (DesktopIdle?, String), sessions: LogindSessions? = nil) -> DBusReadings {
         g_main_context_push_thread_default(context)
         defer { g_main_context_pop_thread_default(context) }
-        let others = askServices()
+        let others = askServices(listSessions: sessions == nil)
         wait()
-        return readings(upower: upower, others, desktop: desktop)
+        return readings(upower: upower, others, desktop: desktop, known: sessions)
     }
 
     typealias ProfileSlots = [(service: (name: String, path: String, iface: String), slot: UnsafeMutablePointer<cup_slot>)]
-    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots, sessions: UnsafeMutablePointer<cup_slot>)
+    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots, sessions: UnsafeMutablePointer<cup_slot>?)
 
-    func askServices() -> ServiceSlots {
+    func askServices(listSessions: Bool = true) -> ServiceSlots {
         let nm = Services.networkManager
         return (get(nm.name, nm.path, nm.iface, "Metered"),
                 Services.powerProfiles.map { (service: $0, slot: get($0.name, $0.path, $0.iface, "ActiveProfile")) },
-                askSessions())
+                listSessions ? askSessions() : nil)
     }
 
-    func readings(upower: UPowerReading, _ s: ServiceSlots, desktop: (DesktopIdle?, String)) -> DBusReadings {
+    func readings(upower: UPowerReading, _ s: ServiceSlots, desktop: (DesktopIdle?, String), known: LogindSessions? = nil) -> DBusReadings {
         let metered = nmMetered(s.metered), p = profile(s.profiles)
-        let logind = sessions(s.sessions)
+        let logind = s.sessions.map { sessions($0) } ?? known ?? (nil, "logind not asked")
         let presence = PresenceInputs(sessions: logind.sessions, logindReason: logind.reason, desktop: desktop.0,
                                       desktopReason: desktop.1, readAt: monotonicNanos())
         return DBusReadings(upower: upower, nmMetered: metered.value, nmReason: metered.reason,

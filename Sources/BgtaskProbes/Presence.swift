@@ -6,6 +6,8 @@ import CUPower
 /// One logind session as `org.freedesktop.login1.Session` describes it.
 public struct LoginSession: Sendable, Equatable {
     public var id: String
+    /// Its object path, which logind's PropertiesChanged names.
+    public var path = ""
     public var user: String
     public var type: String
     public var sessionClass: String
@@ -21,6 +23,19 @@ public struct LoginSession: Sendable, Equatable {
                 remote: Bool = false, active: Bool = true, idle: Bool = false, idleSinceUs: UInt64 = 0, locked: Bool = false) {
         self.id = id; self.user = user; self.type = type; self.sessionClass = sessionClass; self.state = state
         self.remote = remote; self.active = active; self.idle = idle; self.idleSinceUs = idleSinceUs; self.locked = locked
+    }
+
+    /// Takes what an `a{sv}` of the Session interface says (GetAll's answer, or PropertiesChanged's changes).
+    mutating func apply(_ p: OpaquePointer) {
+        if let v = OneShot.string(p, "Name") { user = v }
+        if let v = OneShot.string(p, "Type") { type = v }
+        if let v = OneShot.string(p, "Class") { sessionClass = v }
+        if let v = OneShot.string(p, "State") { state = v }
+        if let v = OneShot.bool(p, "Remote") { remote = v }
+        if let v = OneShot.bool(p, "Active") { active = v }
+        if let v = OneShot.bool(p, "IdleHint") { idle = v }
+        if let v = OneShot.uint64(p, "IdleSinceHintMonotonic") { idleSinceUs = v }
+        if let v = OneShot.bool(p, "LockedHint") { locked = v }
     }
 
     /// A person's session (logind's classes `user`, `user-early`, `user-incomplete`), not a greeter, a lock
@@ -156,6 +171,8 @@ public enum PresenceAnalysis {
 
 // MARK: - Reading logind
 
+typealias LogindSessions = (sessions: [LoginSession]?, reason: String)
+
 enum Logind {
     static let name = "org.freedesktop.login1"
     static let path = "/org/freedesktop/login1"
@@ -188,16 +205,14 @@ extension OneShot {
         let slots = paths.map { getAll(Logind.name, $0.1, Logind.session, autoStart: false) }
         wait()
         var out: [LoginSession] = []
-        for ((id, _), slot) in zip(paths, slots) {
+        for ((id, path), slot) in zip(paths, slots) {
             // A session that ended between the two calls is simply gone.
             guard let p = value(slot) else { continue }
             defer { g_variant_unref(p) }
-            out.append(LoginSession(
-                id: id, user: OneShot.string(p, "Name") ?? "", type: OneShot.string(p, "Type") ?? "",
-                sessionClass: OneShot.string(p, "Class") ?? "", state: OneShot.string(p, "State") ?? "",
-                remote: OneShot.bool(p, "Remote") ?? false, active: OneShot.bool(p, "Active") ?? false,
-                idle: OneShot.bool(p, "IdleHint") ?? false, idleSinceUs: OneShot.uint64(p, "IdleSinceHintMonotonic") ?? 0,
-                locked: OneShot.bool(p, "LockedHint") ?? false))
+            var session = LoginSession(id: id, sessionClass: "", state: "", active: false)
+            session.path = path
+            session.apply(p)
+            out.append(session)
         }
         let persons = out.filter(\.isPersons)
         return (out, "logind: \(persons.count) user session(s)")

@@ -15,8 +15,8 @@ enum DBusProbe {
         }
     }
 
-    static func read(bus: SystemBus, upower: UPowerReading, desktop: (DesktopIdle?, String)) -> DBusReadings {
-        OneShot(bus: bus).read(upower: upower, desktop: desktop)
+    static func read(bus: SystemBus, upower: UPowerReading, desktop: (DesktopIdle?, String), sessions: LogindSessions?) -> DBusReadings {
+        OneShot(bus: bus).read(upower: upower, desktop: desktop, sessions: sessions)
     }
 }
 

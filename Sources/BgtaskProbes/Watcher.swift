@@ -276,6 +276,8 @@ final class GLibSide {
     /// Mutter's watches: idle for `[idle] after`, and the next input after that.
     var idleWatch: UInt32?
     var activeWatch: UInt32?
+    /// logind's sessions, kept up to date from its PropertiesChanged (whose values need no call); nil: list again.
+    var logind: LogindSessions?
     /// The one timer presence needs: the instant logind's (or KDE's) idle time reaches the threshold.
     var presenceTimer: UnsafeMutablePointer<GSource>?
 
@@ -313,8 +315,18 @@ final class GLibSide {
                                   onUPowerOwner, selfPointer, &a, &b)
         // Sessions' IdleHint, LockedHint and Active (PropertiesChanged on each session), SessionNew, SessionRemoved;
         // by interface, so that nothing our own calls cause (a mock's MethodCalled) comes back as a change.
-        cup_dbus_watch_sender(bus!.connection, Logind.name, "org.freedesktop.DBus.Properties", onSignal, selfPointer, &a, &b)
-        cup_dbus_watch_sender(bus!.connection, Logind.name, Logind.manager, onSignal, selfPointer, &a, &b)
+        let onLogind: cup_args_callback = { ctx, path, member, params in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            me.logindSignal(path: path.map { String(cString: $0) } ?? "", member: member.map { String(cString: $0) } ?? "", params)
+        }
+        let onLogindOwner: cup_callback = { ctx in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            me.logind = nil
+            me.changed()
+        }
+        _ = cup_dbus_watch_args(bus!.connection, Logind.name, "org.freedesktop.DBus.Properties", onLogind, selfPointer)
+        _ = cup_dbus_watch_args(bus!.connection, Logind.name, Logind.manager, onLogind, selfPointer)
+        _ = cup_dbus_watch_owner(bus!.connection, Logind.name, onLogindOwner, selfPointer)
         connectDesktop()
         refresh()
 
@@ -386,6 +398,23 @@ final class GLibSide {
         }
     }
 
+    /// A session's PropertiesChanged updates the session kept (the changed values are in the signal: the person's
+    /// return reaches the scheduler without a round trip to logind); anything else lists the sessions again.
+    func logindSignal(path: String, member: String, _ params: OpaquePointer?) {
+        var known = false
+        if member == "PropertiesChanged", let p = params, cup_variant_is(p, "(sa{sv}as)") != 0,
+           let list = logind?.sessions, let i = list.firstIndex(where: { $0.path == path }) {
+            let iface = cup_child(p, 0)!, changedProps = cup_child(p, 1)!, invalidated = cup_child(p, 2)!
+            defer { g_variant_unref(iface); g_variant_unref(changedProps); g_variant_unref(invalidated) }
+            if String(cString: g_variant_get_string(iface, nil)) == Logind.session, g_variant_n_children(invalidated) == 0 {
+                logind!.sessions![i].apply(changedProps)
+                known = true
+            }
+        }
+        if !known { logind = nil }
+        changed()
+    }
+
     /// Bursts of notifications (every property of the display device changes at once) become one read.
     func changed() {
         guard !pending else { return }
@@ -401,7 +430,8 @@ final class GLibSide {
         }
         readDesktop()
         let up = upower.map { $0.reading() } ?? .unavailable("UPower client could not be created")
-        let readings = DBusProbe.read(bus: bus!, upower: up, desktop: desktop)
+        let readings = DBusProbe.read(bus: bus!, upower: up, desktop: desktop, sessions: logind)
+        logind = (readings.presence.sessions, readings.presence.logindReason)
         schedulePresence(readings.presence)
         engine.publish(readings)
     }

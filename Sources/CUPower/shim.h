@@ -154,4 +154,25 @@ static inline GVariant *cup_params_t(guint64 a) { return g_variant_new("(t)", a)
 static inline GVariant *cup_params_u(guint32 a) { return g_variant_new("(u)", a); }
 /* Child `i` of a tuple or array (g_variant_unref). */
 static inline GVariant *cup_child(GVariant *v, gsize i) { return g_variant_get_child_value(v, i); }
+/* A signal with its object path and arguments (logind's PropertiesChanged carries the new values: no call needed). */
+typedef void (*cup_args_callback)(void *context, const char *path, const char *member, GVariant *params);
+typedef struct { cup_args_callback fn; void *context; } cup_args_closure;
+static void cup_dbus_args_trampoline(GDBusConnection *conn, const gchar *sender, const gchar *path,
+                                     const gchar *iface, const gchar *signal, GVariant *params, gpointer data) {
+    (void)conn; (void)sender; (void)iface;
+    cup_args_closure *c = data; c->fn(c->context, path, signal, params);
+}
+static inline guint cup_dbus_watch_args(GDBusConnection *bus, const char *name, const char *iface,
+                                        cup_args_callback fn, void *context) {
+    cup_args_closure *c = g_new0(cup_args_closure, 1); c->fn = fn; c->context = context;
+    return g_dbus_connection_signal_subscribe(bus, name, iface, NULL, NULL, NULL, G_DBUS_SIGNAL_FLAGS_NONE,
+                                              cup_dbus_args_trampoline, c, cup_closure_free_plain);
+}
+/* NameOwnerChanged for one name: the service started, stopped or restarted. */
+static inline guint cup_dbus_watch_owner(GDBusConnection *bus, const char *name, cup_callback fn, void *context) {
+    cup_closure *c = g_new0(cup_closure, 1); c->fn = fn; c->context = context;
+    return g_dbus_connection_signal_subscribe(bus, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+                                              "/org/freedesktop/DBus", name, G_DBUS_SIGNAL_FLAGS_NONE,
+                                              cup_dbus_signal_trampoline, c, cup_closure_free_plain);
+}
 #endif
