@@ -54,6 +54,11 @@ $vm power ac >/dev/null
 check "systemctl --user enable --now bgtaskd; it serves" g 'systemctl --user enable --now bgtaskd && systemctl --user is-active bgtaskd && bgtask pending'
 check "D-Bus activation starts a stopped bgtaskd" g 'systemctl --user stop bgtaskd && busctl --user call io.github.bgtask.Scheduler1 /io/github/bgtask/Scheduler1 io.github.bgtask.Scheduler1 GetStatus >/dev/null && systemctl --user is-active bgtaskd'
 
+# --- who is at the machine, from the real logind: a command over ssh has no terminal, so nobody is there and
+# processing work (the default kind, used by the checks below) is not held back by the idle rule
+check "real logind: a command over ssh is nobody at the machine (user.idle true, 0 sessions)" \
+  g 'bgtask status --json | python3 -c "import json,sys; u=json.load(sys.stdin)[\"user\"]; assert u[\"idle\"] is True and u[\"sessions\"] == 0 and u[\"sources\"] == [\"logind\"], u"'
+
 # --- 1: a lingering user logged in over ssh gets both delay locks (a combined sleep:shutdown one is refused)
 g 'bgtask submit --id hold -- sleep 600' >/dev/null
 check "submit runs as a transient unit in background.slice" until_guest 20 'sh /tmp/guest.sh unit-running hold'

@@ -10,6 +10,8 @@ public struct LoginSession: Sendable, Equatable {
     public var path = ""
     public var user: String
     public var type: String
+    /// Its terminal ("tty2", "pts/3"), empty without one.
+    public var tty: String
     public var sessionClass: String
     public var state: String
     public var remote: Bool
@@ -19,9 +21,9 @@ public struct LoginSession: Sendable, Equatable {
     public var idleSinceUs: UInt64
     public var locked: Bool
 
-    public init(id: String, user: String = "", type: String = "", sessionClass: String = "user", state: String = "active",
+    public init(id: String, user: String = "", type: String = "wayland", tty: String = "", sessionClass: String = "user", state: String = "active",
                 remote: Bool = false, active: Bool = true, idle: Bool = false, idleSinceUs: UInt64 = 0, locked: Bool = false) {
-        self.id = id; self.user = user; self.type = type; self.sessionClass = sessionClass; self.state = state
+        self.id = id; self.user = user; self.type = type; self.tty = tty; self.sessionClass = sessionClass; self.state = state
         self.remote = remote; self.active = active; self.idle = idle; self.idleSinceUs = idleSinceUs; self.locked = locked
     }
 
@@ -29,6 +31,7 @@ public struct LoginSession: Sendable, Equatable {
     mutating func apply(_ p: OpaquePointer) {
         if let v = OneShot.string(p, "Name") { user = v }
         if let v = OneShot.string(p, "Type") { type = v }
+        if let v = OneShot.string(p, "TTY") { tty = v }
         if let v = OneShot.string(p, "Class") { sessionClass = v }
         if let v = OneShot.string(p, "State") { state = v }
         if let v = OneShot.bool(p, "Remote") { remote = v }
@@ -39,8 +42,16 @@ public struct LoginSession: Sendable, Equatable {
     }
 
     /// A person's session (logind's classes `user`, `user-early`, `user-incomplete`), not a greeter, a lock
-    /// screen, cron's background sessions or the user manager's own; one being closed no longer counts.
-    public var isPersons: Bool { sessionClass.hasPrefix("user") && state != "closing" }
+    /// screen, cron's background sessions or the user manager's own; one being closed no longer counts, nor one
+    /// with neither a terminal nor a display (a command run over ssh, scp, automation).
+    public var isPersons: Bool {
+        guard sessionClass.hasPrefix("user"), state != "closing" else { return false }
+        switch type {
+        case "x11", "wayland", "mir": return true
+        case "tty": return !tty.isEmpty   // ssh without a terminal is type tty with no TTY (systemd 252)
+        default: return type != "unspecified" && !type.isEmpty
+        }
+    }
 }
 
 /// Exact idle time from the desktop of bgtaskd's own session (GNOME's Mutter, KDE's screen saver service).
@@ -113,7 +124,7 @@ public enum PresenceAnalysis {
         }
         if let p = persons, p.isEmpty, inputs.desktop == nil {
             return PresenceReading(idle: true, idleSeconds: nil, locked: nil, sessions: 0,
-                                   reason: "away: nobody is logged in (logind: no user session)", sources: sources, crossingIn: nil)
+                                   reason: "away: nobody at a screen or a terminal (logind: no session with one)", sources: sources, crossingIn: nil)
         }
         let sessionsLocked = persons.map { !$0.isEmpty && $0.allSatisfy(\.locked) }
         let locked: Bool? = inputs.desktop?.locked == true || sessionsLocked == true ? true
@@ -209,7 +220,7 @@ extension OneShot {
             // A session that ended between the two calls is simply gone.
             guard let p = value(slot) else { continue }
             defer { g_variant_unref(p) }
-            var session = LoginSession(id: id, sessionClass: "", state: "", active: false)
+            var session = LoginSession(id: id, type: "", sessionClass: "", state: "", active: false)
             session.path = path
             session.apply(p)
             out.append(session)

@@ -18,20 +18,21 @@ struct PresenceTests {
         #expect(r.reason.contains("logind not on the system bus"))
     }
 
-    @Test("nobody logged in (a server, a board): away, 0 sessions; greeters, background and manager sessions are nobody")
+    @Test("nobody logged in (a server, a board): away, 0 sessions; greeters, background and manager sessions, and a command over ssh (no terminal, no display), are nobody")
     func noPersonsSessionIsAway() {
         let others = [LoginSession(id: "c1", sessionClass: "greeter"), LoginSession(id: "2", sessionClass: "background"),
-                      LoginSession(id: "3", sessionClass: "manager"), LoginSession(id: "4", state: "closing")]
+                      LoginSession(id: "3", sessionClass: "manager"), LoginSession(id: "4", state: "closing"),
+                      LoginSession(id: "5", type: "unspecified", remote: true), LoginSession(id: "6", type: "tty", remote: true)]
         for s in [[], others] {
             let r = analyze(s)
             #expect(r.idle == true && r.sessions == 0, "\(s)")
-            #expect(r.reason.contains("nobody is logged in"))
+            #expect(r.reason.contains("nobody at a screen or a terminal"))
         }
     }
 
     @Test("a session in use: not idle, idle_s 0, and no timer (only logind's signal can end it)")
     func activeSession() {
-        let r = analyze([LoginSession(id: "2", type: "wayland"), LoginSession(id: "3", idle: true, idleSinceUs: ago(900))])
+        let r = analyze([LoginSession(id: "2", type: "wayland"), LoginSession(id: "3", type: "tty", tty: "pts/0", remote: true, idle: true, idleSinceUs: ago(900))])
         #expect(r.idle == false && r.idleSeconds == 0 && r.sessions == 2 && r.locked == false)
         #expect(r.crossingIn == nil)
         #expect(r.reason == "active now (logind)")

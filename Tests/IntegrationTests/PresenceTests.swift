@@ -22,6 +22,9 @@ final class MockLogind {
                           [id, "seat0", "1000", "alice", active ? "true" : "false"])
         try services.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
                           ["org.freedesktop.login1.Manager", "SessionNew", "so", "[<'\(id)'>, <objectpath '/org/freedesktop/login1/session/\(id)'>]"])
+        // The template's sessions are of type "test": a desktop's, as a person's session is.
+        try services.call("org.freedesktop.login1", "/org/freedesktop/login1/session/\(id)", "org.freedesktop.DBus.Mock.UpdateProperties",
+                          [MockLogind.session, "{'Type': <'wayland'>}"])
     }
 
     /// The idle hint as a desktop sets it: idle since `secondsAgo` (CLOCK_MONOTONIC, as logind keeps it), or active.
