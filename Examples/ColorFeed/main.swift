@@ -171,6 +171,30 @@ if BGTaskScheduler.shared.isLaunchedForBackground {
     // Launched by bgtaskd: the handlers run as tasks arrive; bgtaskd ends the process when they are done.
     print("ColorFeed: launched for background work")
     dispatchMain()
+} else if arguments.first == "conditions" {
+    // What an iOS app checks before heavy work, and the notifications it observes.
+    @Sendable func describe() -> String {
+        let thermal: String
+        switch ProcessInfo.processInfo.thermalState {
+        case .nominal: thermal = "nominal"
+        case .fair: thermal = "fair"
+        case .serious: thermal = "serious"
+        case .critical: thermal = "critical"
+        @unknown default: thermal = "unknown"
+        }
+        return "thermal \(thermal), low power \(ProcessInfo.processInfo.isLowPowerModeEnabled ? "on" : "off")"
+    }
+    print("ColorFeed: \(describe())")
+    let observers = [
+        NotificationCenter.default.addObserver(forName: ProcessInfo.thermalStateDidChangeNotification, object: nil, queue: .main) { _ in
+            print("ColorFeed: thermal state changed: \(describe())")
+        },
+        NotificationCenter.default.addObserver(forName: .NSProcessInfoPowerStateDidChange, object: nil, queue: .main) { _ in
+            print("ColorFeed: power state changed: \(describe())")
+        },
+    ]
+    _ = observers
+    dispatchMain()
 } else if arguments.first == "status" {
     let feed = app.store.read()
     print("feed: \(feed.entries.count) colors; last cleaned: \(feed.lastCleaned.map { "\(Date(timeIntervalSince1970: $0))" } ?? "never")")

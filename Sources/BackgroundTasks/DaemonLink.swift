@@ -64,6 +64,11 @@ final class DaemonLink: @unchecked Sendable {
                     if m == "Launch" { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
                 }
             }
+            #if !canImport(Darwin)
+            b.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: "ConditionsChanged", path: SchedulerBus.path) { _, args in
+                if case .dict(let d)? = args.first { SystemConditions.shared.changed(d) }
+            }
+            #endif
             // A daemon that restarts has forgotten this app's handlers: tell the new one again.
             b.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
                         path: "/org/freedesktop/DBus") { [weak self] _, args in

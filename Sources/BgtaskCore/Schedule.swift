@@ -14,6 +14,14 @@ public enum Schedule {
     }
 
     /// The wait before retry number `attempt` (1 for the first retry): `base`, doubled each time, at most `max`.
+    /// "Counts against the app" (Apple): each task of an app the system had to end, not made good since, holds
+    /// its next refresh launches back longer — 15 min, 30 min, 1 h, … up to 8 h; each task it completes in
+    /// time takes one away.
+    public static func refreshHoldBack(ended: Int) -> Double {
+        ended <= 0 ? 0 : min(8 * 3600, 900 * Double(1 << (min(ended, 16) - 1)))
+    }
+    public static let maxStanding = 16
+
     public static func backoff(attempt: Int, base: Double, max: Double) -> Double {
         guard attempt >= 1, base > 0 else { return 0 }
         let doublings = Swift.min(attempt - 1, 40)

@@ -45,6 +45,8 @@ final class AppTask: AppTaskHooks {
     var handling = false
     /// Times the app left before handling it and was launched again for it (bounded: an app that always does so).
     var relaunches = 0
+    /// bgtaskd ended it after its expiration and grace (counted against the app).
+    var endedByUs = false
     init(daemon: Daemon, app: String, identifier: String) {
         self.daemon = daemon
         self.app = app
@@ -52,7 +54,7 @@ final class AppTask: AppTaskHooks {
     }
     func start(_ s: Supervisor) -> String { daemon.deliver(self, kind: s.machine.task.kind) }
     func expire(_ s: Supervisor, reason: String) { daemon.tellExpire(self, reason: reason) }
-    func kill(_ s: Supervisor) -> String { daemon.endApp(self) }
+    func kill(_ s: Supervisor) -> String { endedByUs = true; return daemon.endApp(self) }
 }
 
 extension Daemon {
@@ -121,7 +123,8 @@ extension Daemon {
             var list: [[String: BusValue]] = visible.sorted { $0.id < $1.id }.map { m in
                 var d: [String: BusValue] = ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
                  "kinds": .strings(m.kinds.sorted()), "resources": .strings(m.resources.sorted()), "enabled": .bool(!disabledApps.contains(m.id)),
-                 "connected": .bool(clients[m.id] != nil)]
+                 "connected": .bool(clients[m.id] != nil), "ended_by_system": .uint32(UInt32(standing[m.id] ?? 0)),
+                 "refresh_held_back_s": .double(Schedule.refreshHoldBack(ended: standing[m.id] ?? 0))]
                 if let n = m.name { d["name"] = .string(n) }
                 return d
             }
@@ -207,6 +210,8 @@ extension Daemon {
             guard let e = running[appKey(app, identifier)] else {
                 return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) of \(app) is not running"))
             }
+            // In time: before bgtaskd ended it (a completion after that has already been counted against the app).
+            if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.row.id) }
             e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
             views[e.row.id] = nil
             return .success([])
@@ -283,6 +288,15 @@ extension Daemon {
         if let e = opts["earliest"] {
             guard let t = e.number, t.isFinite, t >= 0, t <= wallClockNow() + 3650 * 86_400 else { return bad("earliest: seconds since the epoch") }
             row.earliest = t
+        }
+        // An app with tasks the system had to end gets its refresh work launched less often (Apple: it counts
+        // against the app), said in the request's story.
+        if kind == "refresh", let n = standing[m.id], n > 0 {
+            let notBefore = wallClockNow() + Schedule.refreshHoldBack(ended: n)
+            if (row.earliest ?? 0) < notBefore {
+                row.earliest = notBefore
+                say("\(appKey(m.id, identifier)): held back \(formatDuration(Schedule.refreshHoldBack(ended: n))): \(n) task(s) of \(m.id) the system had to end, not made good")
+            }
         }
         for (k, path) in [("title", \QueuedTask.title), ("subtitle", \.subtitle)] {
             guard let v = opts[k] else { continue }
@@ -374,14 +388,31 @@ extension Daemon {
     /// The app kept a task after its expiration and grace. An app bgtaskd launched is ended (SIGTERM, then
     /// SIGKILL 5 s later); an app the user started is left running. Either way it is recorded against the app.
     func endApp(_ t: AppTask) -> String {
+        let against = countAgainst(t.app)
         if let p = launchedApps[t.app], isAlive(p.pid) {
             p.thawForSignal()
             p.signal(SIGTERM)
             let pid = p.pid
             loop.after(5) { if isAlive(pid) { kill(-pid, SIGKILL) } }
-            return "\(t.app) did not complete \(t.identifier) after its expiration: SIGTERM to the app (pid \(pid)), SIGKILL in 5 s; recorded against \(t.app)"
+            return "\(t.app) did not complete \(t.identifier) after its expiration: SIGTERM to the app (pid \(pid)), SIGKILL in 5 s; \(against)"
         }
-        return "\(t.app) did not complete \(t.identifier) after its expiration; recorded against \(t.app) (it was not launched by bgtaskd, so it is left running)"
+        return "\(t.app) did not complete \(t.identifier) after its expiration; \(against) (it was not launched by bgtaskd, so it is left running)"
+    }
+
+    /// One more task the system had to end: the app's refresh work is launched less often until it makes it good.
+    func countAgainst(_ app: String) -> String {
+        let n = min(Schedule.maxStanding, (standing[app] ?? 0) + 1)
+        standing[app] = n
+        do { try store.setStanding(app: app, ended: n) } catch { say("\(app): cannot record its standing: \(error)") }
+        return "counted against \(app) (\(n) not made good): its refresh work now waits \(formatDuration(Schedule.refreshHoldBack(ended: n))) longer"
+    }
+
+    /// A task completed in time makes one ended task good.
+    func madeGood(_ app: String, by key: String) {
+        guard let n = standing[app], n > 0 else { return }
+        standing[app] = n - 1 == 0 ? nil : n - 1
+        do { try store.setStanding(app: app, ended: n - 1) } catch { say("\(app): cannot record its standing: \(error)") }
+        say("\(key): completed in time; \(app) has \(n - 1) ended task(s) not made good")
     }
 
     /// The app left the bus or its launched process ended: what it had not completed has failed, and

@@ -148,6 +148,8 @@ public final class Daemon {
     var launchedApps: [String: TaskProcess] = [:]
     /// Apps' background runtime on battery today, and when and in which power state it was last counted.
     var batteryUse = Schedule.BatteryUse(day: 0)
+    /// Per app: tasks the system had to end, not yet made good (docs/porting.md, "counts against the app").
+    var standing: [String: Int] = [:]
     var accountedAt = 0.0
     var onBattery = false
     /// The policy layers' and manifests' directories, watched (nil without inotify).
@@ -208,6 +210,7 @@ public final class Daemon {
     public func run() throws -> Int32 {
         batteryUse = Schedule.BatteryUse(day: localDay())
         batteryUse.seconds = (try? store.usage(day: batteryUse.day)) ?? [:]
+        standing = (try? store.standing()) ?? [:]
         accountedAt = monotonic()
         scheduleMidnight()
         loadApps()
@@ -264,6 +267,11 @@ public final class Daemon {
             if let values = self.events.takeConditions() {
                 self.readings = values
                 self.deliver(now: monotonic())
+                let c = self.appConditions
+                if c != self.announcedConditions {
+                    self.announcedConditions = c
+                    self.bus.emit("ConditionsChanged", [.dict(c)])
+                }
             }
             self.afterRound(conditionsChanged: true)
         }
@@ -393,6 +401,17 @@ public final class Daemon {
         if readings != nil { mergedConditions = c }
         return c
     }
+    /// What ProcessInfo's thermalState and isLowPowerModeEnabled read in an app (GetConditions, ConditionsChanged).
+    var appConditions: [String: BusValue] {
+        var d: [String: BusValue] = [:]
+        if case .string(let s)? = readings?["thermal.state"] { d["thermal_state"] = .string(s) }
+        if case .bool(let b)? = readings?["system.power_saver"] { d["low_power_mode"] = .bool(b) }
+        return d
+    }
+    /// How many apps were connected at the last round (a change re-decides how often zones are read).
+    var clientsAtLastRound = 0
+    /// The last ConditionsChanged sent.
+    var announcedConditions: [String: BusValue] = [:]
     /// Dropped whenever `readings` or `sleeping` change.
     var mergedConditions: [String: PolicyValue]?
 
@@ -547,7 +566,11 @@ public final class Daemon {
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting) { [unowned self] in self.restingDependOnThermal() }
+        // An app that is connected reads ProcessInfo.thermalState: the zones are read for it too (2–30 s, by distance).
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting || clients.count != clientsAtLastRound) { [unowned self] in
+            !self.clients.isEmpty || self.restingDependOnThermal()
+        }
+        clientsAtLastRound = clients.count
         newlyResting = false
         let releasing = quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), quiet.deadline, sleepDeadline].compactMap { $0 }.min()

@@ -42,6 +42,11 @@ public enum SchedulerInterface {
         <method name="GetStatus">
           <arg name="status" type="a{sv}" direction="out"/>
         </method>
+        <!-- The conditions iOS code reads through ProcessInfo: thermal_state (nominal, fair, serious, critical) and
+             low_power_mode (power-profiles-daemon's power-saver); a key is absent while bgtask cannot read it. -->
+        <method name="GetConditions">
+          <arg name="conditions" type="a{sv}" direction="out"/>
+        </method>
         <!-- Whether continued tasks may ask for a GPU here (a usable DRM render node): ["gpu"] or []. -->
         <method name="GetSupportedResources">
           <arg name="resources" type="as" direction="out"/>
@@ -122,6 +127,10 @@ public enum SchedulerInterface {
           <arg name="id" type="s"/>
           <arg name="completed" type="t"/>
           <arg name="total" type="t"/>
+        </signal>
+        <!-- Those conditions changed (to every client): what ProcessInfo's change notifications are posted from. -->
+        <signal name="ConditionsChanged">
+          <arg name="conditions" type="a{sv}"/>
         </signal>
         <!-- A task changed state: pending, running, throttled, paused, expiring, finished, cancelled. -->
         <signal name="TaskChanged">

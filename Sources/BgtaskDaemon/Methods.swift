@@ -25,7 +25,7 @@ extension Daemon {
     /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
     static let sandboxedMethods: Set<String> = ["GetSupportedResources", "ListApps"]
     /// Calls that neither read nor change the queue: answered while start-up still takes it up.
-    static let queueFreeMethods: Set<String> = ["GetStatus", "GetSupportedResources", "ListApps"]
+    static let queueFreeMethods: Set<String> = ["GetStatus", "GetSupportedResources", "ListApps", "GetConditions"]
 
     /// Who sent `call`, established once per connection (unique names are never reused on a bus) and
     /// forgotten when it leaves. Anything that cannot be established is a refusal (`CallerCheck`).
@@ -92,6 +92,8 @@ extension Daemon {
             guard let e = running[id], !e.supervisor.isDone else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no running task \(id)")) }
             e.supervisor.expireNow(now: monotonic(), why: "bgtask debug expire")
             return .success([])
+        case "GetConditions":
+            return .success([.dict(appConditions)])
         case "GetStatus":
             var d: [String: BusValue] = ["version": .string(bgtaskVersion), "pid": .uint32(UInt32(getpid())),
                                          "pending": .uint32(UInt32(pending.count)), "running": .uint32(UInt32(running.count)),

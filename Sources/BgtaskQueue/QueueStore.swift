@@ -156,7 +156,8 @@ public final class QueueStore: @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let file = "queue.sqlite"
-    static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage"], migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token"],
+    static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing"],
+                                    migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing"],
                                     what: "queue")
 
     /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
@@ -232,6 +233,13 @@ public final class QueueStore: @unchecked Sendable {
             m.registerMigration("v4-run-token") { db in
                 try db.alter(table: "request") { t in t.add(column: "token", .text) }
             }
+            m.registerMigration("v5-app-standing") { db in
+                // Tasks the system had to end for each app, not yet made good by tasks it completed.
+                try db.create(table: "app_standing") { t in
+                    t.column("app", .text).primaryKey()
+                    t.column("ended", .integer).notNull()
+                }
+            }
             try m.migrate(db)
         } catch let e as QueueError {
             opened.map(Connections.close)
@@ -303,6 +311,23 @@ public final class QueueStore: @unchecked Sendable {
                                arguments: [app, day, s])
             }
             try db.execute(sql: "DELETE FROM app_usage WHERE day < ?", arguments: [day - 7])
+        }
+    }
+
+    /// Each app's count of tasks the system had to end (apps with none are absent).
+    public func standing() throws -> [String: Int] {
+        try db.read { db in
+            var out: [String: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT app, ended FROM app_standing") { out[row["app"]] = row["ended"] }
+            return out
+        }
+    }
+
+    public func setStanding(app: String, ended: Int) throws {
+        try db.write { db in
+            if ended <= 0 { try db.execute(sql: "DELETE FROM app_standing WHERE app = ?", arguments: [app]); return }
+            try db.execute(sql: "INSERT INTO app_standing (app, ended) VALUES (?, ?) ON CONFLICT (app) DO UPDATE SET ended = excluded.ended",
+                           arguments: [app, ended])
         }
     }
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import BgtaskBus
 import BgtaskConfig
 import BgtaskJSON
+import BgtaskPolicy
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -25,6 +26,9 @@ extension Bgtask {
                     let on = a["enabled"]?.bool ?? true
                     out("\(a["id"]?.string ?? "?"): \(on ? "on" : "off")\(a["connected"]?.bool == true ? ", connected" : "") — "
                         + "\((a["identifiers"]?.strings ?? []).joined(separator: ", ")) (\(a["path"]?.string ?? ""))")
+                    if case .uint32(let n)? = a["ended_by_system"], n > 0, case .double(let held)? = a["refresh_held_back_s"] {
+                        out("  \(n) task(s) the system had to end (no setTaskCompleted in time), not made good: its refresh work waits \(formatDuration(held)) longer")
+                    }
                 }
             }
         }

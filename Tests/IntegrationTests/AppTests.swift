@@ -334,3 +334,53 @@ struct AppLaunchTests {
         #expect(!why.contains("completed by the app"), "\(why)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("counts against the app: a task it did not complete after its expiration holds its next refresh requests back (15 min, shown by bgtask apps), across a restart of bgtaskd; a task it completes in time makes it good")
+    func endedTasksCountAgainstTheApp() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"1s\"\n")
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        var hang = app.env
+        hang["HANG"] = "1"
+        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: hang, extraEnv: app.env)
+        let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
+        #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
+        _ = try #require(d.said("\(key): delivered"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["debug", "expire", key]).0 == 0)
+        let ended = try #require(d.said("did not complete"), "\(d.daemon?.stderr ?? "")")
+        #expect(ended.contains("counted against com.example.ColorFeed (1 not made good): its refresh work now waits 15m longer"), "\(ended)")
+        _ = try #require(d.said("\(key): finished"), "\(d.daemon?.stderr ?? "")")
+        func standing(_ d: SessionDaemon) throws -> (Double?, Double?) {
+            let (rc, out, err) = try d.bgtask(["apps", "list", "--json"])
+            try #require(rc == 0, "\(err)")
+            let list = try #require(try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]], "\(out)")
+            let a = try #require(list.first { $0["id"] as? String == "com.example.ColorFeed" }, "\(out)")
+            return (a["ended_by_system"] as? Double, a["refresh_held_back_s"] as? Double)
+        }
+        let (n, held) = try standing(d)
+        #expect(n == 1 && held == 900, "\(String(describing: n)) \(String(describing: held))")
+        let (_, text, _) = try d.bgtask(["apps", "list"])
+        #expect(text.contains("1 task(s) the system had to end"), "\(text)")
+
+        // Its next refresh request (due at once) is held back 15 min.
+        let submitted = Date().timeIntervalSince1970
+        #expect(try app.run(d, ["submit", "refresh", "none"]).0 == 0)
+        _ = try #require(d.said("held back 15m: 1 task(s) of com.example.ColorFeed the system had to end"), "\(d.daemon?.stderr ?? "")")
+        let pending = try d.pending()
+        let r = try #require(pending.first { $0["id"] as? String == key }, "\(pending)")
+        #expect((r["earliest"] as? Double ?? 0) >= submitted + 890, "\(r)")
+
+        // A new bgtaskd remembers; a task the app completes in time makes it good.
+        d.daemon?.process.terminate()
+        _ = d.daemon?.waitExit(within: 15)
+        let fine = try SessionDaemon(policy: p, preload: true, daemonEnv: app.env, extraEnv: app.env)
+        #expect(try standing(fine).0 == 1)
+        #expect(try app.run(fine, ["submit", "processing", "none", "com.example.colorfeed.db_cleaning"]).0 == 0)
+        _ = try #require(fine.said("completed in time; com.example.ColorFeed has 0 ended task(s) not made good"), "\(fine.daemon?.stderr ?? "")")
+        #expect(try standing(fine).0 == 0)
+    }
+}

@@ -392,3 +392,31 @@ extension UmockdevIntegrationTests {
         _ = try #require(app.line(within: 10) { $0.contains("refreshed: 3 new colors") }, "\(app.stdout)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("ProcessInfo as iOS code reads it (ColorFeed conditions): thermalState from the zone against its trips and isLowPowerModeEnabled from power-profiles-daemon, and both change notifications, from bgtaskd's signal")
+    func processInfoConditionsFollowTheMachine() throws {
+        try requirePreload()
+        let services = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
+        try services.spawn(template: "power_profiles_daemon", name: "net.hadess.PowerProfiles")
+        let x = try ExampleSetup(onCharger: true, system: services.bus)
+        let app = try x.apps.start(x.d, "ColorFeed", ["conditions"])
+        defer { app.stop() }
+        let first = try #require(app.line(within: 15) { $0.contains("ColorFeed: thermal") }, "\(app.stdout) \(app.stderr)")
+        #expect(first == "ColorFeed: thermal nominal, low power off", "\(first)")
+
+        try services.setProfile("power-saver")
+        let saver = try #require(app.line(within: 10) { $0.contains("power state changed") }, "\(app.stdout) \(x.d.daemon?.stderr ?? "")")
+        #expect(saver.hasSuffix("thermal nominal, low power on"), "\(saver)")
+
+        // Past the passive trip (85 °C): serious. The kernel announces a trip crossing with a uevent.
+        x.tb.set(x.laptop.zone, "temp", "88000")
+        x.tb.uevent(x.laptop.zone)
+        let hot = try #require(app.line(within: 10) { $0.contains("thermal state changed") }, "\(app.stdout) \(x.d.daemon?.stderr ?? "")")
+        #expect(hot.hasSuffix("thermal serious, low power on"), "\(hot)")
+        let (rc, out, _) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "io.github.bgtask.Scheduler1", "--object-path",
+                                                            "/io/github/bgtask/Scheduler1", "--method", "io.github.bgtask.Scheduler1.GetConditions"],
+                                         environment: x.apps.environment(x.d))
+        #expect(rc == 0 && out.contains("'thermal_state': <'serious'>") && out.contains("'low_power_mode': <true>"), "\(out)")
+    }
+}

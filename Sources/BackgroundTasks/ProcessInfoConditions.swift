@@ -1,0 +1,81 @@
+import BgtaskBus
+import Foundation
+
+#if !canImport(Darwin)
+// Foundation on Linux has no thermalState, isLowPowerModeEnabled or their notifications, so iOS code that
+// checks them would not compile. They read bgtask's own readings through bgtaskd: the thermal zones against
+// their trip points (thermal.state) and power-profiles-daemon's power-saver (system.power_saver).
+extension ProcessInfo {
+    /// Apple's thermal states, from bgtask's `thermal.state`.
+    public enum ThermalState: Int, @unchecked Sendable {
+        case nominal, fair, serious, critical
+    }
+
+    /// The machine's thermal state; `.nominal` while bgtaskd cannot be asked or has no thermal zone to read.
+    public var thermalState: ThermalState { SystemConditions.shared.current().thermal }
+
+    /// Low Power Mode: power-profiles-daemon's `power-saver` profile; false where it does not run.
+    public var isLowPowerModeEnabled: Bool { SystemConditions.shared.current().lowPower }
+
+    /// Posted (object: `ProcessInfo.processInfo`) when `thermalState` changes.
+    public static let thermalStateDidChangeNotification = Notification.Name("NSProcessInfoThermalStateDidChangeNotification")
+}
+
+extension Notification.Name {
+    /// Posted (object: `ProcessInfo.processInfo`) when `isLowPowerModeEnabled` changes.
+    public static let NSProcessInfoPowerStateDidChange = Notification.Name("NSProcessInfoPowerStateDidChangeNotification")
+}
+
+/// The values ProcessInfo reads: asked of bgtaskd once (`GetConditions`), then kept by its `ConditionsChanged`
+/// signal, which also posts the notifications. No timer: bgtaskd says when they change.
+final class SystemConditions: @unchecked Sendable {
+    static let shared = SystemConditions()
+    struct Values: Equatable { var thermal: ProcessInfo.ThermalState = .nominal; var lowPower = false }
+
+    let lock = NSLock()
+    var values: Values?
+    /// When the daemon was last asked without an answer: not asked again on every read.
+    var failedAt: Date?
+
+    func current() -> Values {
+        if let v = lock.withLock({ values }) { return v }
+        if let f = lock.withLock({ failedAt }), Date().timeIntervalSince(f) < 5 { return Values() }
+        let link = BGTaskScheduler.shared.link
+        guard case .success(let reply) = link.call("GetConditions", []), case .dict(let d)? = reply.first else {
+            lock.withLock { failedAt = Date() }
+            return Values()
+        }
+        let v = SystemConditions.values(d)
+        // A signal may have come first: it is newer.
+        return lock.withLock { values ?? { values = v; return v }() }
+    }
+
+    static func values(_ d: [String: BusValue]) -> Values {
+        var v = Values()
+        switch d["thermal_state"]?.string {
+        case "fair": v.thermal = .fair
+        case "serious": v.thermal = .serious
+        case "critical": v.thermal = .critical
+        default: v.thermal = .nominal
+        }
+        v.lowPower = d["low_power_mode"]?.bool ?? false
+        return v
+    }
+
+    /// From the bus thread: keeps the new values and posts what changed, as Apple posts them.
+    func changed(_ d: [String: BusValue]) {
+        let new = SystemConditions.values(d)
+        let old = lock.withLock { () -> Values? in
+            defer { values = new }
+            return values
+        }
+        let before = old ?? Values()
+        if before.thermal != new.thermal {
+            NotificationCenter.default.post(name: ProcessInfo.thermalStateDidChangeNotification, object: ProcessInfo.processInfo)
+        }
+        if before.lowPower != new.lowPower {
+            NotificationCenter.default.post(name: .NSProcessInfoPowerStateDidChange, object: ProcessInfo.processInfo)
+        }
+    }
+}
+#endif
