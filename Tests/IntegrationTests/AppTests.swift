@@ -98,6 +98,18 @@ struct FakeApp {
     }
 
     var env: [String: String] { ["XDG_DATA_HOME": dataHome.path, "XDG_DATA_DIRS": "/nonexistent", "MARKER": marker.path] }
+
+    /// A laptop on the charger, a 1 s grace, and bgtaskd launching the app so that it ignores its expirations.
+    static func ignoringExpiration() throws -> (FakeApp, Testbed, SessionDaemon) {
+        let p = try PolicyEnv()
+        try p.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"1s\"\n")
+        let app = try FakeApp(p)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        var env = app.env
+        env["HANG"] = "1"
+        return (app, tb, try SessionDaemon(policy: p, preload: true, daemonEnv: env, extraEnv: app.env))
+    }
     var notes: String { (try? String(contentsOf: marker, encoding: .utf8)) ?? "" }
 
     func run(_ d: SessionDaemon, _ args: [String]) throws -> (Int32, String, String) {
@@ -189,14 +201,8 @@ extension UmockdevIntegrationTests {
     @Test("an app that does not complete after its expiration and grace is ended (SIGTERM) and that is recorded against it; debug expire sends the expiration")
     func appThatIgnoresExpiration() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"1s\"\n")
-        let app = try FakeApp(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        var env = app.env
-        env["HANG"] = "1"
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: env, extraEnv: app.env)
+        let (app, tb, d) = try FakeApp.ignoringExpiration()
+        _ = tb
         #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
         let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
         _ = try #require(d.said("\(key): started"), "\(d.daemon?.stderr ?? "")")
@@ -339,14 +345,9 @@ extension UmockdevIntegrationTests {
     @Test("counts against the app: a task it did not complete after its expiration holds its next refresh requests back (15 min, shown by bgtask apps), across a restart of bgtaskd; a task it completes in time makes it good")
     func endedTasksCountAgainstTheApp() throws {
         try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("60-grace.toml", "[run]\nexpire_grace = \"1s\"\n")
-        let app = try FakeApp(p)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        var hang = app.env
-        hang["HANG"] = "1"
-        let d = try SessionDaemon(policy: p, preload: true, daemonEnv: hang, extraEnv: app.env)
+        let (app, tb, d) = try FakeApp.ignoringExpiration()
+        _ = tb
+        let p = app.policy
         let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
         #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
         _ = try #require(d.said("\(key): delivered"), "\(d.daemon?.stderr ?? "")")
