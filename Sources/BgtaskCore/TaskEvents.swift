@@ -45,14 +45,36 @@ public func wallClockNow() -> Double {
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
-/// HH:MM:SS local time.
-public func clockText(_ epoch: Double) -> String {
+/// Local time that carries its day, as `systemctl list-timers` does: `13:20:20` today, `tomorrow 13:20:20`,
+/// `yesterday 13:20:20`, `Wed 13:20:20` within the week around today, else `2026-12-03 13:20:20`.
+public func clockText(_ epoch: Double, now: Double = wallClockNow()) -> String {
     guard epoch.isFinite, abs(epoch) < 1e12 else { return "?" }
-    var secs = time_t(epoch)
-    var tm = tm()
-    localtime_r(&secs, &tm)
+    var secs = time_t(epoch), today = time_t(now)
+    var at = Glibc.tm(), nowTM = Glibc.tm()
+    localtime_r(&secs, &at)
+    localtime_r(&today, &nowTM)
     func p(_ v: Int32) -> String { v < 10 ? "0\(v)" : String(v) }
-    return "\(p(tm.tm_hour)):\(p(tm.tm_min)):\(p(tm.tm_sec))"
+    let clock = "\(p(at.tm_hour)):\(p(at.tm_min)):\(p(at.tm_sec))"
+    // Days between the two local dates (noon to noon: a daylight-saving change cannot tip it).
+    func noon(_ t: Glibc.tm) -> Double {
+        var c = t
+        c.tm_hour = 12; c.tm_min = 0; c.tm_sec = 0; c.tm_isdst = -1
+        return Double(mktime(&c))
+    }
+    let days = Int(((noon(at) - noon(nowTM)) / 86_400).rounded())
+    switch days {
+    case 0: return clock
+    case 1: return "tomorrow " + clock
+    case -1: return "yesterday " + clock
+    case -6...6: return ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"][Int(at.tm_wday)] + " " + clock
+    default: return "\(at.tm_year + 1900)-\(p(at.tm_mon + 1))-\(p(at.tm_mday)) " + clock
+    }
+}
+
+/// A time to come, with its day and how far off it is: `tomorrow 01:00:00, in 11h39m`.
+public func untilText(_ epoch: Double, now: Double = wallClockNow()) -> String {
+    let left = epoch - now
+    return clockText(epoch, now: now) + (left > 0 ? ", in \(formatDuration(left.rounded(.up)))" : "")
 }
 
 public func localTime(_ epoch: Double? = nil) -> TimeFields {

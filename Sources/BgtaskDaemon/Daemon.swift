@@ -617,7 +617,7 @@ public final class Daemon {
             // Nothing ran: the request is not spent. It waits out the retry backoff and tries again.
             var r = e.row
             r.earliest = wallClockNow() + limits.retryBackoff
-            say("\(r.id): not started (\(why)); it tries again not before \(clockText(r.earliest!))")
+            say("\(r.id): not started (\(why)); it tries again not before \(untilText(r.earliest!))")
             if pending[r.id] == nil { add(r) }
             return
         }
@@ -639,7 +639,7 @@ public final class Daemon {
             r.failures += 1
             r.earliest = wallClockNow() + Schedule.backoff(attempt: r.failures, base: limits.retryBackoff, max: limits.retryBackoffMax)
             next = r
-            say("\(e.row.id): failed (status \(status)); retry \(r.failures) of \(r.retry) not before \(clockText(r.earliest!))")
+            say("\(e.row.id): failed (status \(status)); retry \(r.failures) of \(r.retry) not before \(untilText(r.earliest!))")
         } else if failed, let rule = s.machine.expiredByRule, e.row.kind != "refresh", s.machine.ownStatus != 0 {
             // The conditions ended it (the person came back, the charger went, heat), not the work: it waits for
             // them again, as work interrupted by a crash does. Refresh work is dropped, as on iOS.
@@ -733,16 +733,19 @@ public final class Daemon {
         afterRound(conditionsChanged: false)
     }
 
-    /// SIGHUP: the policy is read again; a broken file keeps the last good policy in force, and says so.
-    func reload() {
+    /// SIGHUP, a file changed, or `bgtask policy reload`: the policy is read again; a broken file keeps the last
+    /// good policy in force, and says so. Returns whether it loaded, and what changed (or why not).
+    @discardableResult
+    func reload() -> (ok: Bool, said: String) {
         let sources = PolicyLayers.sources(extra: options.policyFiles)
         let (p, errors) = PolicyLayers.load(sources)
         if !errors.isEmpty {
             policyWarning = "the policy does not load (the last good policy stays in force): " + errors.map(\.description).joined(separator: "; ")
             say(policyWarning!)
-            return
+            return (false, policyWarning!)
         }
         policyWarning = nil
+        let changes = p.changes(from: policy)
         policy = p
         limits = Schedule.Limits(p.settings)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
@@ -752,7 +755,9 @@ public final class Daemon {
             add(e.row, restored: true, evaluator: shared)
         }
         // Which files are in force now: for the journal reader, and for a test to know it sees its own file's reload.
-        say("policy reloaded: " + sources.map(\.name).joined(separator: ", "))
+        let files = "policy reloaded: " + sources.map(\.name).joined(separator: ", ")
+        say(files)
+        return (true, files + "\n" + (changes.isEmpty ? "nothing changed" : changes.joined(separator: "\n")))
     }
 
     /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running

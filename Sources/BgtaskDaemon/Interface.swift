@@ -42,6 +42,12 @@ public enum SchedulerInterface {
         <method name="GetStatus">
           <arg name="status" type="a{sv}" direction="out"/>
         </method>
+        <!-- Reads the policy layers again now (bgtaskd also does on SIGHUP and when a file changes): whether they
+             loaded, and what changed (rules added, removed, changed; settings), or why the last good policy stays. -->
+        <method name="ReloadPolicy">
+          <arg name="loaded" type="b" direction="out"/>
+          <arg name="said" type="s" direction="out"/>
+        </method>
         <!-- The conditions iOS code reads through ProcessInfo: thermal_state (nominal, fair, serious, critical) and
              low_power_mode (power-profiles-daemon's power-saver); a key is absent while bgtask cannot read it. -->
         <method name="GetConditions">

@@ -92,6 +92,10 @@ extension Daemon {
             guard let e = running[id], !e.supervisor.isDone else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "no running task \(id)")) }
             e.supervisor.expireNow(now: monotonic(), why: "bgtask debug expire")
             return .success([])
+        case "ReloadPolicy":
+            let (ok, said) = reload()
+            afterRound(conditionsChanged: false)
+            return .success([.bool(ok), .string(said)])
         case "GetConditions":
             return .success([.dict(appConditions)])
         case "GetStatus":

@@ -56,6 +56,27 @@ public struct Policy: Sendable {
     }
 
     public static let empty = Policy.merge([])
+
+    /// What differs from `old`, for a person who reloaded: rules added, removed or changed (by id), settings
+    /// changed; empty when nothing did.
+    public func changes(from old: Policy) -> [String] {
+        func shape(_ r: Rule) -> String {
+            "\(r.when)|\(r.verdict)|\(r.reason ?? "")|\(r.cpuPercent ?? -1)|\(r.grace ?? -1)|\(r.holdOn)|\(r.holdOff)|\(r.whenUnknown)"
+        }
+        let before = Dictionary(old.rules.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        let after = Dictionary(rules.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var out: [String] = []
+        let added = rules.map(\.id).filter { before[$0] == nil }
+        let removed = old.rules.map(\.id).filter { after[$0] == nil }
+        let changed = rules.filter { r in before[r.id].map { shape($0) != shape(r) } ?? false }
+        if !added.isEmpty { out.append("rules added: " + added.joined(separator: ", ")) }
+        if !removed.isEmpty { out.append("rules removed: " + removed.joined(separator: ", ")) }
+        if !changed.isEmpty { out.append("rules changed: " + changed.map { "\($0.id) (\($0.location))" }.joined(separator: ", ")) }
+        for name in settings.values.keys.sorted() where settings.values[name] != old.settings.values[name] {
+            out.append("\(name): \(old.settings.values[name].map { "\($0)" } ?? "-") → \(settings.values[name].map { "\($0)" } ?? "-")")
+        }
+        return out
+    }
 }
 
 /// A task's own fields, as rules read them (`task.*`).

@@ -47,6 +47,10 @@ struct Bgtask: ParsableCommand {
                 report.print()
                 return
             }
+            if let unknown = Suggestions.unknownSubcommand(args, of: Bgtask.self) {
+                fputs(Terminal.safe(unknown) + "\n", stderr)
+                Glibc.exit(ExitStatus.usage)
+            }
             var command = try direct(args) ?? parseAsRoot(args)
             try command.run()
         } catch {

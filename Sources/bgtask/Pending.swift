@@ -23,7 +23,7 @@ extension Bgtask {
             for t in tasks {
                 let id = t["id"]?.string ?? "?"
                 var line = "\(id): \(t["reason"]?.string ?? "")"
-                if let n = t["next_check"]?.number { line += "; looked at again at \(clockText(n)) if nothing changes before" }
+                if let n = t["next_check"]?.number { line += "; looked at again \(untilText(n)) if nothing changes before" }
                 else { line += "; looked at again when conditions change" }
                 if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
                 out(line)

@@ -15,7 +15,7 @@ extension Bgtask {
             /etc/bgtask/policy.d/*.toml, $XDG_CONFIG_HOME/bgtask/policy.d/*.toml. A later rule with the same id \
             replaces an earlier one; `enabled = false` switches it off.
             """,
-            subcommands: [Check.self, Show.self, Explain.self, Simulate.self])
+            subcommands: [Check.self, Show.self, Explain.self, Simulate.self, Reload.self])
     }
 }
 

@@ -18,7 +18,7 @@ extension Bgtask.PolicyCommand {
 
         @OptionGroup var taskOptions: TaskOptionsGroup
 
-        @Option(name: .long, help: ArgumentHelp("How long the task has waited (a rule may read task.waited).", valueName: "duration"))
+        @Option(name: .long, help: ArgumentHelp("How long the task has waited (a rule may read task.waited).", valueName: "duration"), transform: DurationArgument.parse)
         var waited: DurationArgument?
 
         @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated (the older form of the options above).", valueName: "spec"))

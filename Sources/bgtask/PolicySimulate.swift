@@ -24,7 +24,7 @@ extension Bgtask.PolicyCommand {
         @Option(name: .long, help: ArgumentHelp("The task's fields, comma-separated (the older form of the options above).", valueName: "spec"))
         var task: String?
 
-        @Option(name: .long, help: ArgumentHelp("Give up waiting after this long, as `run --max-wait`.", valueName: "duration"))
+        @Option(name: .long, help: ArgumentHelp("Give up waiting after this long, as `run --max-wait`.", valueName: "duration"), transform: DurationArgument.parse)
         var maxWait: DurationArgument?
 
         @Flag(name: .long, help: "Give up at once if it cannot start, as `run --no-wait`.")
@@ -49,7 +49,7 @@ extension Bgtask.PolicyCommand {
             let limits = TaskLimits.from(settings: policy.settings, task: t, budget: taskOptions.budget?.seconds,
                                          maxWait: maxWait?.seconds, noWait: noWait, cpuMonitor: false)
             let events = Simulation.run(policy: policy, task: t, records: records, limits: limits,
-                                        time: { localTime($0) }, label: clockText)
+                                        time: { localTime($0) }, label: { clockText($0) })
             for e in events {
                 print(json ? e.json.rendered : Terminal.safe(e.text, keepNewlines: true))
             }

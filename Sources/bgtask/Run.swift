@@ -22,7 +22,7 @@ extension Bgtask {
 
         @OptionGroup var taskOptions: TaskOptionsGroup
 
-        @Option(name: .long, help: ArgumentHelp("Give up waiting after this long (exit 75), e.g. 2h.", valueName: "duration"))
+        @Option(name: .long, help: ArgumentHelp("Give up waiting after this long (exit 75), e.g. 2h.", valueName: "duration"), transform: DurationArgument.parse)
         var maxWait: DurationArgument?
 
         @Flag(name: .long, help: "Do not wait: exit 75 with the reason if the command cannot start now.")

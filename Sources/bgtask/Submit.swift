@@ -23,7 +23,7 @@ extension Bgtask {
         @Option(name: .long, help: ArgumentHelp("Not before this time: a duration from now (2h) or ISO-8601 (2026-11-22T21:00, with Z or ±HH:MM).", valueName: "when"))
         var earliest: String?
 
-        @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"))
+        @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"), transform: DurationArgument.parse)
         var every: DurationArgument?
 
         @Option(name: .long, help: ArgumentHelp("Retry a failed run up to N times, with a growing wait between tries.", valueName: "n"))

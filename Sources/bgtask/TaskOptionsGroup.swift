@@ -17,6 +17,13 @@ struct DurationArgument: ExpressibleByArgument, Sendable, CustomStringConvertibl
         text = argument
     }
     var description: String { text }
+    /// For `@Option(transform:)`: a value that is not a duration is refused with the form it takes.
+    static func parse(_ s: String) throws -> DurationArgument {
+        guard let d = DurationArgument(argument: s) else {
+            throw ValidationError("a duration is written 30s, 10m, 2h or 1h30m (a number needs its unit)")
+        }
+        return d
+    }
     static var defaultCompletionKind: CompletionKind { .default }
 }
 
@@ -46,7 +53,7 @@ struct TaskOptionsGroup: ParsableArguments {
     @Flag(name: .long, help: "A person is waiting for it: exempt from discretionary rules, not from critical heat.")
     var userInitiated = false
 
-    @Option(name: .long, help: ArgumentHelp("Expire the command after it has run this long (90s, 30m, 2h).", valueName: "duration"))
+    @Option(name: .long, help: ArgumentHelp("Expire the command after it has run this long (90s, 30m, 2h).", valueName: "duration"), transform: DurationArgument.parse)
     var budget: DurationArgument?
 
     func validate() throws {

@@ -17,7 +17,7 @@ extension Bgtask {
         @Argument(help: ArgumentHelp("The task id (`bgtask run --id`, default the command's name).", valueName: "id"), completion: TaskIDCompletion.kind)
         var id: String?
 
-        @Option(name: .long, help: ArgumentHelp("How far back to look (default 1d).", valueName: "duration"))
+        @Option(name: .long, help: ArgumentHelp("How far back to look (default 1d).", valueName: "duration"), transform: DurationArgument.parse)
         var since: DurationArgument = DurationArgument(argument: "1d")!
 
         @Flag(name: .long, help: "Every run of the task since --since, not only the latest; without an id, every task.")

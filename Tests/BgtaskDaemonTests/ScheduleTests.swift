@@ -1,6 +1,7 @@
 import BgtaskCore
 import BgtaskPolicy
 import Testing
+import Foundation
 
 /// A policy with only the built-in requirement checks: the schedule alone decides.
 func bareMachine(_ t: TaskFields, limits: TaskLimits = .init()) -> TaskMachine { TaskMachine(task: t, enqueuedAt: 0, limits: limits) }
@@ -191,5 +192,36 @@ struct ContinuedTaskTimeTests {
         #expect(ProgressText.markupEscaped("Tom & Jerry <b>4K</b> → 42 % · 3 of 7") == "Tom &amp; Jerry &lt;b&gt;4K&lt;/b&gt; → 42 % · 3 of 7")
         #expect(ProgressText.markupEscaped("plain") == "plain")
         #expect(ProgressText.markupEscaped("&amp;") == "&amp;amp;")
+    }
+}
+
+/// Times as people read them: with their day, as `systemctl list-timers` shows them.
+struct ClockTextTests {
+    /// Today at `hour`:00 local time, as an epoch.
+    func today(_ hour: Int32, plusDays days: Int32 = 0) -> Double {
+        var now = time_t(wallClockNow())
+        var t = tm()
+        localtime_r(&now, &t)
+        t.tm_hour = hour; t.tm_min = 0; t.tm_sec = 0; t.tm_mday += days; t.tm_isdst = -1
+        return Double(mktime(&t))
+    }
+
+    @Test("today's times bare; tomorrow and yesterday named; the week around today by weekday; further off with the date")
+    func timesCarryTheirDay() {
+        let noon = today(12)
+        #expect(clockText(today(13), now: noon) == "13:00:00")
+        #expect(clockText(today(1, plusDays: 1), now: noon) == "tomorrow 01:00:00")
+        #expect(clockText(today(23, plusDays: -1), now: noon) == "yesterday 23:00:00")
+        let inThree = clockText(today(9, plusDays: 3), now: noon)
+        #expect(["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"].contains(String(inThree.prefix(3))) && inThree.hasSuffix(" 09:00:00"), "\(inThree)")
+        let far = clockText(today(9, plusDays: 40), now: noon)
+        #expect(far.range(of: #"^\d{4}-\d{2}-\d{2} 09:00:00$"#, options: .regularExpression) != nil, "\(far)")
+    }
+
+    @Test("a time to come says how far off it is: 13:20 at 13:21 reads as tomorrow, in 23h59m")
+    func untilSaysTheDistance() {
+        let at1321 = today(13) + 21 * 60
+        #expect(untilText(today(13) + 20 * 60 + 86_400, now: at1321) == "tomorrow 13:20:00, in 23h59m")
+        #expect(untilText(today(13), now: at1321) == "13:00:00", "a time gone by has no distance")
     }
 }

@@ -445,3 +445,34 @@ struct StorageRuleTests {
         #expect(verdict(TaskFields(id: "p", kind: "processing"), .null).verdict == .run)
     }
 }
+
+@Suite("What a reload changed")
+struct PolicyChangesTests {
+    @Test("rules added, removed and changed by id, and settings changed, old → new; nothing when nothing differs")
+    func changesByID() throws {
+        let base = try file(try String(contentsOfFile: defaultPolicyPath, encoding: .utf8), path: "default.toml")
+        let old = Policy.merge([base])
+        #expect(Policy.merge([base]).changes(from: old).isEmpty)
+        let layer = try file("""
+            [idle]
+            after = "2m"
+            [[rule]]
+            id = "mine.nightly"
+            when = 'time.hour < 6'
+            verdict = "defer"
+            [[rule]]
+            id = "heavy.warm"
+            when = 'task.cpu_heavy && thermal.state == "fair"'
+            verdict = "pause"
+            [[rule]]
+            id = "discretionary.power-saver"
+            enabled = false
+            """, path: "50-mine.toml")
+        let new = Policy.merge([base, layer])
+        let said = new.changes(from: old)
+        #expect(said.contains("rules added: mine.nightly"), "\(said)")
+        #expect(said.contains("rules removed: discretionary.power-saver"), "\(said)")
+        #expect(said.contains("rules changed: heavy.warm (50-mine.toml:8)"), "\(said)")
+        #expect(said.contains("idle.after: 5m → 2m"), "\(said)")
+    }
+}

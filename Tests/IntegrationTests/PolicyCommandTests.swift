@@ -243,3 +243,29 @@ extension UmockdevIntegrationTests {
         #expect((resumed["offset_s"] as? Double ?? 0) >= 60)
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtask policy reload: bgtaskd reads the layers now and says what changed; a broken file is named with its line, the last good policy stays, exit 1")
+    func reloadAsksTheDaemon() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let (s0, o0, e0) = try d.bgtask(["policy", "reload"])
+        #expect(s0 == 0 && o0.contains("policy reloaded: ") && o0.contains("nothing changed"), "\(o0) \(e0)")
+        try p.userPolicy("60-broken.toml", "[[rule]]\nid = \"x\"\nwhen = 'battery.prcent < 5'\nverdict = \"defer\"\n")
+        let (s1, o1, _) = try d.bgtask(["policy", "reload", "--json"])
+        let j = try parseJSON(o1)
+        #expect(s1 == 1 && j["loaded"] as? Bool == false, "\(o1)")
+        #expect((j["said"] as? String)?.contains("60-broken.toml:3") == true && (j["said"] as? String)?.contains("last good policy stays in force") == true, "\(o1)")
+    }
+
+    @Test("a mistyped subcommand is named with the closest one, exit 2")
+    func didYouMean() throws {
+        let p = try PolicyEnv()
+        let (s, _, e) = try p.run(["stauts"])
+        #expect(s == 2 && e.contains("'stauts' is not a command; did you mean 'bgtask status'?"), "\(e)")
+        let (s2, _, e2) = try p.run(["policy", "chek"])
+        #expect(s2 == 2 && e2.contains("did you mean 'bgtask policy check'?"), "\(e2)")
+        let (s3, _, e3) = try p.run(["run", "--budget", "5", "true"])
+        #expect(s3 == 2 && e3.contains("a duration is written 30s, 10m, 2h or 1h30m"), "\(e3)")
+    }
+}
