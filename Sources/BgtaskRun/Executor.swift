@@ -22,6 +22,25 @@ public enum CapMechanism: String, Sendable {
     }
 }
 
+extension CapMechanism {
+    /// What a CPU cap would use here, read without changing anything (`bgtask doctor`): a delegated cgroup v2
+    /// subtree with the cpu controller, the v1 cpu and freezer hierarchies as root, else the signal duty cycle.
+    public static func availableHere() -> (mechanism: String, detail: String) {
+        if let (root, own) = CgroupV2.locate() {
+            let base = own == "/" ? root : root + own
+            let controllers = ProcStat.read(base + "/cgroup.controllers") ?? ""
+            if access(base + "/cgroup.subtree_control", W_OK) == 0, controllers.split(whereSeparator: { $0 == " " || $0 == "\n" }).contains("cpu") {
+                return ("cgroup v2", "a delegated subtree with the cpu controller (\(base))")
+            }
+            if CgroupV1.available() { return ("cgroup v1", "cpu and freezer hierarchies, as root") }
+            return ("signals", "cgroup v2 at \(root), but \(base) is not delegated to this user with the cpu controller: "
+                    + "caps use a SIGSTOP/SIGCONT duty cycle (run under systemd --user, or use bgtaskd with a user manager)")
+        }
+        if CgroupV1.available() { return ("cgroup v1", "cpu and freezer hierarchies, as root") }
+        return ("signals", "no cgroup hierarchy this user may write: caps use a SIGSTOP/SIGCONT duty cycle")
+    }
+}
+
 /// The cgroup a task was put in, of either version.
 enum TaskCgroup {
     case v1(CgroupV1)

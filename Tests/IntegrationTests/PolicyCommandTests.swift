@@ -269,3 +269,26 @@ extension PolicyCommandTests {
         #expect(s3 == 2 && e3.contains("a duration is written 30s, 10m, 2h or 1h30m"), "\(e3)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtask doctor: one line per check with where it looked; bgtaskd running is ok, absent is a note; a broken policy layer is a problem named at file:line, exit 1")
+    func doctorChecksEverything() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let (s, o, e) = try d.bgtask(["doctor", "--json"])
+        #expect(s == 0, "\(o) \(e)")
+        let checks = try #require(try JSONSerialization.jsonObject(with: Data(o.utf8)) as? [[String: String]], "\(o)")
+        let byName = Dictionary(uniqueKeysWithValues: checks.map { ($0["check"] ?? "", $0) })
+        for name in ["policy", "state directory", "bgtaskd", "CPU cap", "power", "thermal", "UPower", "presence", "storage"] {
+            #expect(byName[name] != nil, "no \(name) line: \(o)")
+        }
+        #expect(byName["bgtaskd"]?["status"] == "ok" && byName["bgtaskd"]?["detail"]?.contains("running (pid") == true, "\(o)")
+        #expect(byName["presence"]?["status"] == "note", "a recorded machine has no logind: \(o)")
+
+        let (s2, o2, _) = try p.run(["doctor"])
+        #expect(s2 == 0 && o2.contains("note    bgtaskd") && o2.contains("not reachable"), "\(o2)")
+        try p.userPolicy("70-bad.toml", "[idle]\nafter = 5\n")
+        let (s3, o3, _) = try p.run(["doctor"])
+        #expect(s3 == 1 && o3.contains("PROBLEM policy") && o3.contains("70-bad.toml:2"), "\(o3)")
+    }
+}
