@@ -218,7 +218,9 @@ extension Daemon {
                                          "command": .strings(e.row.command), "submitted": .double(e.row.submitted),
                                          "reason": .string(e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason),
                                          "requires_external_power": .bool(e.row.requiresExternalPower),
-                                         "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures))]
+                                         "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures)),
+                                         "requires_unmetered": .bool(e.row.requiresUnmetered), "cpu_heavy": .bool(e.row.cpuHeavy),
+                                         "user_initiated": .bool(e.row.userInitiated)]
             if let m = e.waitingRule {
                 d["rule"] = .string(m.id)
                 d["location"] = .string(m.location)

@@ -10,11 +10,15 @@ extension Bgtask.PolicyCommand {
         static let configuration = CommandConfiguration(commandName: "explain",
             abstract: "Say what the policy decides for a task now, every rule that matched, and every rule that came close.",
             discussion: """
-            The task: the options `run` and `submit` take (--kind refresh --requires-external-power --cpu-heavy \
+            The task: a queued one by its id (`bgtask policy explain backup`, its fields and time waited asked of \
+            bgtaskd), or the options `run` and `submit` take (--kind refresh --requires-external-power --cpu-heavy \
             --id backup), and --waited 2h; the older --task 'kind=…,requires_external_power,waited=2h' still works. \
             Conditions: read live (default, or from a recorded tree with --sysfs-root), or from a file holding \
             `bgtask status --json` output or a `bgtask watch --record` line.
             """)
+
+        @Argument(help: ArgumentHelp("A task waiting in bgtaskd's queue, by id (bgtask pending lists them).", valueName: "id"))
+        var queued: String?
 
         @OptionGroup var taskOptions: TaskOptionsGroup
 
@@ -35,10 +39,13 @@ extension Bgtask.PolicyCommand {
 
         func validate() throws {
             if task != nil, taskOptions.isGiven || waited != nil { throw ValidationError("--task and the task options exclude each other") }
+            if queued != nil, task != nil || taskOptions.isGiven || waited != nil {
+                throw ValidationError("a queued task's id takes its fields from bgtaskd: no task options with it")
+            }
         }
 
         func run() throws {
-            var t = try task.map(TaskSpec.parse) ?? taskOptions.task(command: [])
+            var t = try queued.map(Explain.queuedTask) ?? task.map(TaskSpec.parse) ?? taskOptions.task(command: [])
             if let w = waited { t.waited = w.seconds }
             let policy = try layers.load().policy
             let values = try ConditionSource.read(conditions, probe: probe, settings: policy.settings)
@@ -50,6 +57,24 @@ extension Bgtask.PolicyCommand {
                 out(ExplainOutput.text(t, decision, rules))
             }
         }
+    }
+}
+
+extension Bgtask.PolicyCommand.Explain {
+    /// A pending task's fields as bgtaskd keeps them, and how long it has waited.
+    static func queuedTask(_ id: String) throws -> TaskFields {
+        guard case .dicts(let list)? = try DaemonClient.call("ListPending").first,
+              let d = list.first(where: { $0["id"]?.string == id }) else {
+            DaemonClient.fail("no task \(id) waits in bgtaskd's queue (bgtask pending lists what does)", ExitStatus.failure)
+        }
+        var t = TaskFields(id: id, kind: d["kind"]?.string ?? "processing")
+        t.requiresExternalPower = d["requires_external_power"]?.bool ?? false
+        t.requiresNetwork = d["requires_network"]?.bool ?? false
+        t.requiresUnmetered = d["requires_unmetered"]?.bool ?? false
+        t.cpuHeavy = d["cpu_heavy"]?.bool ?? false
+        t.userInitiated = d["user_initiated"]?.bool ?? false
+        if case .double(let submitted)? = d["submitted"] { t.waited = max(0, wallClockNow() - submitted) }
+        return t
     }
 }
 

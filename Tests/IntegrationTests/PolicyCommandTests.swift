@@ -292,3 +292,20 @@ extension PolicyCommandTests {
         #expect(s3 == 1 && o3.contains("PROBLEM policy") && o3.contains("70-bad.toml:2"), "\(o3)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtask policy explain ID explains a queued task with the fields it was submitted with, without retyping them; an unknown id says so")
+    func explainQueuedTask() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "nightly", "--kind", "refresh", "--requires-network", "--earliest", "2h", "--", "true"]).0 == 0)
+        let (s, o, e) = try d.bgtask(["policy", "explain", "nightly"])
+        #expect(s == 0, "\(e)")
+        // The recorded machine's routing table is unreadable: network.online is unknown, so the network requirement is unmet.
+        #expect(o.contains("nightly (refresh): defer — waiting for the network"), "\(o)")
+        let (s2, _, e2) = try d.bgtask(["policy", "explain", "nosuch"])
+        #expect(s2 == 1 && e2.contains("no task nosuch waits in bgtaskd's queue"), "\(e2)")
+        let (s3, _, e3) = try d.bgtask(["policy", "explain", "nightly", "--cpu-heavy"])
+        #expect(s3 == 2 && e3.contains("no task options with it"), "\(e3)")
+    }
+}
