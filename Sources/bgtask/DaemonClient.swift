@@ -55,6 +55,7 @@ enum DaemonClient {
 /// `2h`, `90s` from now, or an ISO-8601 time: `2026-11-22T21:00`, with `:SS`, a `Z` or `±HH:MM` zone (local time without one).
 func parseWhen(_ s: String, now: Double) -> Double? {
     if let d = parseDuration(s) { return now + d }
+    if let t = parseClockWords(s, now: now) { return t }
     let u = Array(s.utf8)
     func num(_ a: Int, _ n: Int) -> Int? {
         guard a + n <= u.count else { return nil }
@@ -82,4 +83,46 @@ func parseWhen(_ s: String, now: Double) -> Double? {
         offset = (oh * 3600 + om * 60) * (u[i] == 45 ? -1 : 1)
     } else { return nil }
     return Double(timegm(&t)) - Double(offset)
+}
+
+/// The words people use for a time, in local time: `01:00` or `01:00:30` (the next one to come: today if still
+/// ahead, else tomorrow), `today 18:00`, `tomorrow 01:00`, a weekday (`sat 09:00`, `saturday 09:00`: the next
+/// one, today only if still ahead), and a bare date `2026-12-24` (its midnight).
+func parseClockWords(_ text: String, now: Double) -> Double? {
+    let words = text.lowercased().split(separator: " ").map(String.init)
+    guard (1...2).contains(words.count) else { return nil }
+    var nowT = time_t(now)
+    var base = tm()
+    localtime_r(&nowT, &base)
+    func clock(_ w: String) -> (Int32, Int32, Int32)? {
+        let parts = w.split(separator: ":", omittingEmptySubsequences: false)
+        guard (2...3).contains(parts.count), parts.allSatisfy({ (1...2).contains($0.count) && $0.allSatisfy(\.isNumber) }),
+              let h = Int32(parts[0]), let m = Int32(parts[1]), h < 24, m < 60 else { return nil }
+        let sec = parts.count == 3 ? Int32(parts[2]) ?? 99 : 0
+        return sec < 60 ? (h, m, sec) : nil
+    }
+    func at(dayOffset: Int32, _ c: (Int32, Int32, Int32)) -> Double? {
+        var t = base
+        t.tm_mday += dayOffset; t.tm_hour = c.0; t.tm_min = c.1; t.tm_sec = c.2; t.tm_isdst = -1
+        let r = mktime(&t)
+        return r == -1 ? nil : Double(r)
+    }
+    // A bare date.
+    if words.count == 1, words[0].count == 10, let day = parseWhen(words[0] + "T00:00", now: now) { return day }
+    guard let c = clock(words.last!) else { return nil }
+    if words.count == 1 {
+        guard let today = at(dayOffset: 0, c) else { return nil }
+        return today > now ? today : at(dayOffset: 1, c)
+    }
+    switch words[0] {
+    case "today": return at(dayOffset: 0, c)
+    case "tomorrow": return at(dayOffset: 1, c)
+    default:
+        let days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+        let full = ["sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"]
+        guard let wd = days.firstIndex(of: words[0]) ?? full.firstIndex(of: words[0]) else { return nil }
+        var ahead = (Int32(wd) - base.tm_wday + 7) % 7
+        if ahead == 0, let today = at(dayOffset: 0, c), today <= now { ahead = 7 }
+        return at(dayOffset: ahead, c)
+    }
 }

@@ -20,8 +20,11 @@ extension Bgtask {
 
         @OptionGroup var taskOptions: TaskOptionsGroup
 
-        @Option(name: .long, help: ArgumentHelp("Not before this time: a duration from now (2h) or ISO-8601 (2026-11-22T21:00, with Z or ±HH:MM).", valueName: "when"))
+        @Option(name: .long, help: ArgumentHelp("Not before this time: a duration from now (2h), a local time (01:00: the next one; 'tomorrow 01:00', 'sat 09:00'), or ISO-8601 (2026-11-22T21:00, with Z or ±HH:MM).", valueName: "when"))
         var earliest: String?
+
+        @Option(name: .long, help: ArgumentHelp("Not before the next HH:MM local time; with --every 1d, at that time each day.", valueName: "HH:MM"))
+        var at: String?
 
         @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"), transform: DurationArgument.parse)
         var every: DurationArgument?
@@ -39,7 +42,11 @@ extension Bgtask {
         mutating func validate() throws {
             command = try CommandWords.command(command, usage: "bgtask submit [options] [--] COMMAND [ARGS...]", of: Self.self)
             if let e = earliest, parseWhen(e, now: wallClockNow()) == nil {
-                throw ValidationError("--earliest \(e): a duration from now (2h, 30m) or an ISO-8601 time such as 2026-11-22T21:00 or 2026-11-22T21:00:00Z")
+                throw ValidationError("--earliest \(e): a duration from now (2h, 30m), a local time (01:00, 'tomorrow 01:00', 'sat 09:00') or an ISO-8601 time such as 2026-11-22T21:00 or 2026-11-22T21:00:00Z")
+            }
+            if let a = at {
+                guard !a.contains(" "), parseClockWords(a, now: wallClockNow()) != nil else { throw ValidationError("--at \(a): a local time such as 01:00 or 18:30:00") }
+                if earliest != nil { throw ValidationError("--at and --earliest exclude each other (--earliest 'tomorrow 01:00' says both)") }
             }
             if let e = every, e.seconds < 1 { throw ValidationError("--every \(e): a duration of at least 1s, such as 1d or 6h") }
             if let r = retry, !(0...100).contains(r) { throw ValidationError("--retry \(r): 0 to 100") }
@@ -51,7 +58,7 @@ extension Bgtask {
                                             "requires_external_power": .bool(task.requiresExternalPower),
                                             "requires_network": .bool(task.requiresNetwork), "requires_unmetered": .bool(task.requiresUnmetered),
                                             "cpu_heavy": .bool(task.cpuHeavy), "user_initiated": .bool(task.userInitiated)]
-            if let e = earliest.flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
+            if let e = (earliest ?? at).flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
             if let e = every?.seconds { opts["every"] = .double(e) }
             if let b = taskOptions.budget?.seconds { opts["budget"] = .double(b) }
             if let r = retry { opts["retry"] = .uint32(UInt32(r)) }

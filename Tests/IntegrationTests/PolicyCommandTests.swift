@@ -309,3 +309,40 @@ extension PolicyCommandTests {
         #expect(s3 == 2 && e3.contains("no task options with it"), "\(e3)")
     }
 }
+
+extension PolicyCommandTests {
+    /// Local time `h:m` on the day `days` from today, as an epoch.
+    static func local(_ h: Int32, _ m: Int32, days: Int32) -> Double {
+        var now = time_t(Date().timeIntervalSince1970)
+        var t = tm()
+        localtime_r(&now, &t)
+        t.tm_mday += days; t.tm_hour = h; t.tm_min = m; t.tm_sec = 0; t.tm_isdst = -1
+        return Double(mktime(&t))
+    }
+
+    @Test("submit --earliest and --at take the words people use: 'tomorrow 01:00', a weekday, HH:MM (the next one to come); a wrong one is refused, exit 2")
+    func clockWordsForTheEarliestTime() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        func earliest(_ id: String) throws -> Double? {
+            try d.pending().first { $0["id"] as? String == id }?["earliest"] as? Double
+        }
+        #expect(try d.bgtask(["submit", "--id", "a", "--earliest", "tomorrow 01:00", "--", "true"]).0 == 0)
+        #expect(try earliest("a") == PolicyCommandTests.local(1, 0, days: 1))
+        // Two hours ahead, so that the test does not straddle the minute it names.
+        let soon = Date().addingTimeInterval(7200)
+        var st = time_t(soon.timeIntervalSince1970)
+        var t = tm()
+        localtime_r(&st, &t)
+        let hhmm = String(format: "%02d:%02d", t.tm_hour, t.tm_min)
+        #expect(try d.bgtask(["submit", "--id", "b", "--at", hhmm, "--every", "1d", "--", "true"]).0 == 0)
+        let b = try #require(try earliest("b"))
+        #expect(abs(b - (soon.timeIntervalSince1970 - Double(t.tm_sec))) < 1, "\(b) for \(hhmm)")
+        let (_, pending, _) = try d.bgtask(["pending"])
+        #expect(pending.contains("b: ") && pending.contains("(every 1d)"), "\(pending)")
+        for bad in [["--at", "25:00"], ["--earliest", "someday 01:00"], ["--at", "01:00", "--earliest", "2h"]] {
+            let (s, _, e) = try d.bgtask(["submit", "--id", "c"] + bad + ["--", "true"])
+            #expect(s == 2, "\(bad): \(e)")
+        }
+    }
+}
