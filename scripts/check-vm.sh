@@ -158,6 +158,8 @@ until_guest 20 'sh /tmp/guest.sh unit-running feed' >/dev/null
 groot 'systemctl suspend --no-block'
 for _ in $(seq 60); do $vm monitor "info status" | grep -q suspended && break; sleep 1; done
 $vm monitor system_wakeup >/dev/null
+# A wakeup that reaches the guest while it is still on its way down is lost: sent again while qemu says suspended.
+for _ in $(seq 20); do $vm monitor "info status" | grep -q suspended || break; sleep 1; $vm monitor system_wakeup >/dev/null; done
 check "the refresh task's SIGTERM handler finished before the kernel suspended" until_guest 60 'sh /tmp/guest.sh handled-before-suspend'
 check "the delay locks were released only after it" g 'journalctl --user -u bgtaskd -o cat | grep -q "ready for sleep; delay locks released"'
 

@@ -10,19 +10,28 @@ import BgtaskProbes
 extension Bgtask {
     struct Log: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "log",
-            abstract: "Print decisions as they are made, for any task (woken by the audit database changing, not polling).")
+            abstract: "Print the recent decisions, for any task; on a terminal (or with -f) keep printing them as they are made.",
+            discussion: """
+            Following is woken by the audit database changing, not by polling. As journalctl does with -f: when \
+            stdout is not a terminal (a pipe, a file, a script), the decisions there are printed and log exits \
+            unless -f is given.
+            """)
 
         @Option(name: [.customShort("n"), .long], help: ArgumentHelp("Show this many earlier decisions first.", valueName: "n"))
         var lines: Int = 10
 
-        @Flag(name: .long, help: "Print what is there and exit.")
+        @Flag(name: .long, help: "Print what is there and exit, even on a terminal.")
         var noFollow = false
+
+        @Flag(name: [.customShort("f"), .long], help: "Keep printing decisions as they are made, even into a pipe.")
+        var follow = false
 
         @Flag(name: .long, help: "One JSON object per decision.")
         var json = false
 
         func validate() throws {
             if lines < 0 { throw ValidationError("-n \(lines): a number of lines, 0 or more") }
+            if follow && noFollow { throw ValidationError("-f and --no-follow exclude each other") }
         }
 
         func run() throws {
@@ -34,8 +43,9 @@ extension Bgtask {
             State.recover(probe: ProbeOptions(root: SysfsRoot.fromEnvironment()), audit: nil, quiet: false)
             // Watch the directory first, so nothing written between the read and the wait is missed.
             // audit.sqlite.changed is closed after each commit (see AuditLog.append): that is the event.
+            let following = follow || (!noFollow && isatty(STDOUT_FILENO) == 1)
             var fd: Int32 = -1
-            if !noFollow {
+            if following {
                 fd = inotify_init1(Int32(IN_CLOEXEC))
                 guard fd >= 0, inotify_add_watch(fd, dir, UInt32(IN_CLOSE_WRITE)) >= 0 else {
                     fputs(Terminal.safe("bgtask: cannot follow \(dir): inotify: \(String(cString: strerror(errno)))") + "\n", stderr)
@@ -70,7 +80,7 @@ extension Bgtask {
                 }
             }
             try drain(initial: true)
-            guard !noFollow else { return }
+            guard following else { return }
             var buf = [UInt8](repeating: 0, count: 4096)
             while true {
                 let n = read(fd, &buf, buf.count)

@@ -233,7 +233,7 @@ struct HardeningTests {
         try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
         // XDG_STATE_HOME as its default would be, so root (whose default is /var/lib/bgtask) tests the same path.
         let env = p.environment(preload: false, ["HOME": home, "XDG_STATE_HOME": home + "/.local/state", "BGTASK_STATE_DIR": nil])
-        let log = try Child(Child.bgtaskPath, ["log", "-n", "5"], environment: env)
+        let log = try Child(Child.bgtaskPath, ["log", "-f", "-n", "5"], environment: env)
         defer { log.stop() }
         let r = try Child.run(Child.bgtaskPath, ["run", "--id", "fresh", "--", "true"], environment: env)
         #expect(r.0 == 0, "\(r.2)")
@@ -248,7 +248,7 @@ struct HardeningTests {
         for id in ["old1", "old2", "old3"] { _ = try p.run(["run", "--id", id, "--", "true"]) }
         let tail = try p.run(["log", "-n", "2", "--no-follow"])
         #expect(tail.1.split(separator: "\n").count == 2 && tail.1.contains("old3 finished") && !tail.1.contains("old2 started"), "\(tail.1)")
-        let log = try Child(Child.bgtaskPath, ["log", "-n", "0"], environment: p.env)
+        let log = try Child(Child.bgtaskPath, ["log", "-f", "-n", "0"], environment: p.env)
         defer { log.stop() }
         try waitForInotify(log.process.processIdentifier)
         _ = try p.run(["run", "--id", "new", "--", "true"])

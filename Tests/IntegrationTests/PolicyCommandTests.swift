@@ -346,3 +346,15 @@ extension PolicyCommandTests {
         }
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtask log into a pipe prints the recent decisions and exits, as journalctl does; -f and --no-follow together are refused")
+    func logIntoAPipeExits() throws {
+        let p = try PolicyEnv()
+        #expect(try p.run(["run", "--id", "logged", "--", "true"]).0 == 0)
+        let (s, o, e) = try Child.run(Child.bgtaskPath, ["log", "-n", "5"], environment: p.env, deadline: 20)
+        #expect(s == 0 && o.contains("logged"), "\(o) \(e)")
+        let (s2, _, e2) = try p.run(["log", "-f", "--no-follow"])
+        #expect(s2 == 2 && e2.contains("exclude each other"), "\(e2)")
+    }
+}

@@ -326,7 +326,7 @@ struct RunCommandTests {
     func logFollows() throws {
         let p = try PolicyEnv()
         _ = try p.run(["run", "--id", "first", "--", "true"])
-        let log = try Child(Child.bgtaskPath, ["log", "-n", "5"], environment: p.env)
+        let log = try Child(Child.bgtaskPath, ["log", "-f", "-n", "5"], environment: p.env)
         defer { log.stop() }
         _ = try #require(log.line(within: 5) { $0.contains("first finished") }, "\(log.stderr)")
         let second = try p.run(["run", "--id", "second", "--", "sh", "-c", "exit 3"])
