@@ -50,6 +50,8 @@ public enum Story {
         let task = first.taskID
         var lastDeferral: AuditEntry?
         var reasons: [String] = []
+        /// Expired by bgtask: its end by a signal is that expiry's, not a crash.
+        var expired = false
         for e in entries {
             let at = clock(e.time)
             switch e.event {
@@ -80,7 +82,9 @@ public enum Story {
             case "paused": out.append("Paused at \(at): \(because(e)).")
             case "resumed": out.append("Resumed at \(at).")
             case "cpu-heavy": out.append("Measured CPU-heavy at \(at) (\(e.detail)).")
-            case "expired": out.append("Expired at \(at): \(rules(e).isEmpty ? e.detail : because(e)).")
+            case "expired":
+                expired = true
+                out.append("Expired at \(at): \(rules(e).isEmpty ? e.detail : because(e)).")
             case "killed": out.append("Killed at \(at) (\(e.detail)).")
             case "signalled": out.append("At \(at): \(e.detail).")
             case "gave-up":
@@ -93,7 +97,9 @@ public enum Story {
                 reasons = []
                 out.append("At \(at) its supervisor was found gone: \(e.detail).")
             case "recovered": out.append("Recovery at \(at) \(e.detail).")
-            case "finished": out.append("Finished \(at), \(e.detail).")
+            case "finished":
+                if expired, e.detail.contains("signal") { out.append("Ended \(at) by that expiry (\(e.detail)).") }
+                else { out.append("Finished \(at), \(e.detail).") }
             default: out.append("\(at) \(e.event): \(e.detail)")
             }
         }

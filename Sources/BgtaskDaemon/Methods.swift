@@ -220,7 +220,7 @@ extension Daemon {
                                          "requires_external_power": .bool(e.row.requiresExternalPower),
                                          "requires_network": .bool(e.row.requiresNetwork), "failures": .uint32(UInt32(e.row.failures)),
                                          "requires_unmetered": .bool(e.row.requiresUnmetered), "cpu_heavy": .bool(e.row.cpuHeavy),
-                                         "user_initiated": .bool(e.row.userInitiated)]
+                                         "user_initiated": .bool(e.row.userInitiated), "retry": .uint32(UInt32(e.row.retry))]
             if let m = e.waitingRule {
                 d["rule"] = .string(m.id)
                 d["location"] = .string(m.location)

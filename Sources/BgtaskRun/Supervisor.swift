@@ -417,7 +417,7 @@ public final class Supervisor {
                     record(.expired, "SIGTERM, grace \(formatDuration(grace))", decision: d)
                     say("expired: \(explain(d)); SIGTERM, SIGKILL in \(formatDuration(grace))")
                 case .budget(let b):
-                    record(.expired, "budget used up (\(formatDuration(b)))")
+                    record(.expired, "its \(formatDuration(b)) budget ran out")
                     say("budget used up; SIGTERM, SIGKILL in \(formatDuration(grace))")
                 }
             case .kill:

@@ -1,6 +1,8 @@
 import BgtaskJSON
 import ArgumentParser
 import BgtaskAudit
+import BgtaskBus
+import BgtaskCore
 import BgtaskConfig
 import BgtaskPolicy
 import BgtaskProbes
@@ -90,8 +92,31 @@ extension Bgtask {
                     return .object([("run", .string(r)), ("story", .string(Story.tell(es))), ("entries", .array(es.map(\.json)))])
                 }).rendered)
             } else {
+                // A request waiting to run again (a retry, the next period): its last run first, which is what ended.
+                if !all, let latest = order.first, !(byRun[latest] ?? []).contains(where: { $0.event == "started" }),
+                   let previous = try audit.entries(task: id, since: from).last(where: { $0.runID != latest && $0.event != "deferred" })?.runID {
+                    let es = try audit.entries(run: previous).filter { $0.taskID == id }
+                    print(Terminal.safe("Last run: " + Story.tell(es)))
+                }
                 for r in order { print(Terminal.safe(Story.tell(byRun[r] ?? []))) }
+                if let next = Why.nextRun(id) { print(Terminal.safe(next)) }
             }
+        }
+
+        /// The queued request of a repeating or retrying task, if bgtaskd already runs (it is not started for this):
+        /// "Next: retry 1 of 3, not before 13:26:58, in 4m."; "Next: every 1d, not before tomorrow 02:00:00, in 11h".
+        static func nextRun(_ id: String) -> String? {
+            guard let bus = try? BusConnection(),
+                  case .bool(true)? = try? bus.call("NameHasOwner", [.string(SchedulerBus.name)], destination: "org.freedesktop.DBus",
+                                                    path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", timeoutMs: 2000).first,
+                  case .dicts(let list)? = try? bus.call("ListPending", [], timeoutMs: 5000).first,
+                  let t = list.first(where: { $0["id"]?.string == id }) else { return nil }
+            var parts: [String] = []
+            if case .uint32(let f)? = t["failures"], case .uint32(let r)? = t["retry"], f > 0 { parts.append("retry \(f) of \(r)") }
+            if case .double(let e)? = t["every"] { parts.append("every \(formatDuration(e))") }
+            if case .double(let at)? = t["earliest"], at > wallClockNow() { parts.append("not before \(untilText(at))") }
+            else if let reason = t["reason"]?.string { parts.append("waiting: \(reason)") }
+            return "Next: " + parts.joined(separator: ", ") + "."
         }
     }
 }

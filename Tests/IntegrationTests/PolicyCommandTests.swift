@@ -358,3 +358,21 @@ extension PolicyCommandTests {
         #expect(s2 == 2 && e2.contains("exclude each other"), "\(e2)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("why tells the next run of a retrying or repeating task, asked of a running bgtaskd: retry 1 of 3 and when; every 1d and when")
+    func whyTellsTheNextRun() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "flaky", "--retry", "3", "--", "sh", "-c", "exit 3"]).0 == 0)
+        #expect(try d.bgtask(["submit", "--id", "daily", "--every", "1d", "--", "true"]).0 == 0)
+        _ = try #require(d.said("flaky: failed (status 3); retry 1 of 3"), "\(d.daemon?.stderr ?? "")")
+        _ = try #require(d.said("daily: finished"), "\(d.daemon?.stderr ?? "")")
+        let (_, flaky, flakyErr) = try d.bgtask(["why", "flaky"])
+        let pendingJSON = try d.bgtask(["pending", "--json"]).1
+        #expect(flaky.contains("exit 3") && flaky.contains("Next: retry 1 of 3, not before "), "\(flaky) \(flakyErr) \(pendingJSON)")
+        let daily = try d.bgtask(["why", "daily"]).1
+        #expect(daily.contains("Next: every 1d, not before tomorrow ") || daily.contains("Next: every 1d, not before "), "\(daily)")
+        #expect(daily.contains(", in 23h") || daily.contains(", in 1d"), "\(daily)")
+    }
+}

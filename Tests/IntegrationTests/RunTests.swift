@@ -342,5 +342,8 @@ struct RunCommandTests {
         let r = try p.run(["run", "--id", "long", "--budget", "300ms", "--", "sleep", "30"])
         #expect(r.0 == 75)
         #expect(r.2.contains("budget used up"))
+        // The story says why it ended, not only the signal that did it.
+        let why = try p.run(["why", "long"]).1
+        #expect(why.contains("its 300ms budget ran out") && why.contains("by that expiry (killed by signal 15)"), "\(why)")
     }
 }
