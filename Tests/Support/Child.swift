@@ -105,8 +105,15 @@ public final class Child: @unchecked Sendable {
     }
 
     /// Waits for the process to exit (bounded) and returns its status, or nil.
+    /// The exit status, once the child has exited and what it wrote has been read (a descendant that keeps the
+    /// pipes open is waited for at most 2 s more): a test that reads `stderr` right after sees the last line.
     public func waitExit(within seconds: Double) -> Int32? {
-        guard process.wait(until: Date().addingTimeInterval(seconds)) else { return nil }
+        let deadline = Date().addingTimeInterval(seconds)
+        guard process.wait(until: deadline) else { return nil }
+        lock.lock()
+        let until = min(deadline, Date().addingTimeInterval(2))
+        while !closed && lock.wait(until: until) {}
+        lock.unlock()
         return process.terminationStatus
     }
 
