@@ -213,6 +213,7 @@ extension Daemon {
 
     func listPending() -> [[String: BusValue]] {
         let wall = wallClockNow(), mono = monotonic()
+        let now = evaluator()
         return all.filter(\.isWaiting).map { e in
             var d: [String: BusValue] = ["id": .string(e.row.id), "app": .string(e.row.app), "kind": .string(e.row.kind),
                                          "command": .strings(e.row.command), "submitted": .double(e.row.submitted),
@@ -227,10 +228,28 @@ extension Daemon {
             }
             if let t = e.row.earliest { d["earliest"] = .double(t) }
             if let t = e.row.every { d["every"] = .double(t) }
+            d["unmet"] = .dicts(unmet(e, now, wall: wall))
             // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
             if let n = e.awake?.nextDeadline { d["next_check"] = .double(wall + (n - mono)) }
             return d
         }
+    }
+
+    /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
+    /// constraints"): each rule in effect that is not run or throttle (held ones with when they let go), its
+    /// earliest begin date, and a full slot.
+    func unmet(_ e: Entry, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
+        var out: [[String: BusValue]] = []
+        let matches = e.awake?.machine.lastDecision?.matches ?? evaluator?.decideNow(e.row.fields).matches ?? []
+        for m in matches where m.verdict != .run && m.verdict != .throttle {
+            out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),
+                        "reason": .string(m.reason)])
+        }
+        if let t = e.row.earliest, t > wall {
+            out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (its earliest begin date)")])
+        }
+        if case .noSlot(let why)? = e.awake?.machine.startBlock { out.append(["what": .string("slot"), "reason": .string(why)]) }
+        return out
     }
 
     func listRunning() -> [[String: BusValue]] {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskAudit
 import BgtaskBus
 import BgtaskConfig
 import BgtaskCore
@@ -8,10 +9,20 @@ import BgtaskPolicy
 extension Bgtask {
     struct Pending: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "pending",
-            abstract: "What waits in bgtaskd's queue, each with why (the rule and its file:line) and when it is next looked at.")
+            abstract: "What waits in bgtaskd's queue: a table that scans like list-timers, or with --long everything that holds each task back.",
+            discussion: """
+            Columns: ID; STATE (waiting, or retry N/M after a failure); NEXT and LEFT (when it is looked at again if \
+            nothing changes — a hold ending, its earliest date, a time rule — and how far off; `-` when only a change \
+            of conditions can start it); LAST and RESULT (its last run, from the audit trail); WHY (the deciding \
+            rule's reason, and how many other things hold it back). --long lists every one of them with its rule and \
+            file:line, as dumpsys lists unsatisfied constraints.
+            """)
 
-        @Flag(name: .long, help: "Print the list as JSON.")
+        @Flag(name: .long, help: "Print the list as JSON (each task with `unmet`: everything that holds it back).")
         var json = false
+
+        @Flag(name: [.customShort("l"), .long], help: "Prose: each task with everything that holds it back, rule and file:line.")
+        var long = false
 
         func run() throws {
             let reply = try DaemonClient.call("ListPending")
@@ -20,13 +31,59 @@ extension Bgtask {
             if json { print(DaemonClient.json(.dicts(tasks)).rendered); return }
             if case .dict(let s)? = status?.first, let w = s["policy_warning"]?.string { out("warning: \(w)") }
             if tasks.isEmpty { out("nothing pending"); return }
+            if long {
+                for t in tasks { prose(t) }
+                return
+            }
+            table(tasks)
+        }
+
+        static func unmet(_ t: [String: BusValue]) -> [[String: BusValue]] {
+            if case .dicts(let u)? = t["unmet"] { return u }
+            return []
+        }
+
+        func prose(_ t: [String: BusValue]) {
+            let id = t["id"]?.string ?? "?"
+            var line = "\(id): \(t["reason"]?.string ?? "")"
+            if let n = t["next_check"]?.number { line += "; looked at again \(untilText(n)) if nothing changes before" }
+            else { line += "; looked at again when conditions change" }
+            if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
+            out(line)
+            for u in Pending.unmet(t) {
+                let at = u["rule"]?.string.map { " — rule \($0) (\(u["location"]?.string ?? ""))" } ?? ""
+                out("  unmet: \(u["reason"]?.string ?? "")\(at)")
+            }
+        }
+
+        func table(_ tasks: [[String: BusValue]]) {
+            // The last run of each task from the audit trail (bounded: a queue of thousands is not looked up one by one).
+            let audit = tasks.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
+            let weekAgo = wallClockNow() - 7 * 86_400
+            var rows: [[String]] = [["ID", "STATE", "NEXT", "LEFT", "LAST", "RESULT", "WHY"]]
             for t in tasks {
                 let id = t["id"]?.string ?? "?"
-                var line = "\(id): \(t["reason"]?.string ?? "")"
-                if let n = t["next_check"]?.number { line += "; looked at again \(untilText(n)) if nothing changes before" }
-                else { line += "; looked at again when conditions change" }
-                if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
-                out(line)
+                var state = "waiting"
+                if case .uint32(let f)? = t["failures"], f > 0, case .uint32(let r)? = t["retry"] { state = "retry \(f)/\(r)" }
+                var next = "-", left = "-"
+                if let n = t["next_check"]?.number {
+                    next = clockText(n)
+                    left = n > wallClockNow() ? formatDuration((n - wallClockNow()).rounded(.up)) : "now"
+                }
+                var last = "-", result = "-"
+                if let a = audit, let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
+                    last = clockText(f.time)
+                    result = f.exitStatus.map { $0 == 0 ? "ok" : "exit \($0)" } ?? f.detail
+                }
+                let others = Pending.unmet(t).count - 1
+                var why = t["reason"]?.string ?? ""
+                if why.count > 70 { why = String(why.prefix(69)) + "…" }
+                if others > 0 { why += " (+\(others) more: --long)" }
+                rows.append([id, state, next, left, last, result, why])
+            }
+            let widths = (0..<6).map { c in rows.map { $0[c].count }.max() ?? 0 }
+            for r in rows {
+                out((0..<6).map { r[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "  " + r[6])
             }
         }
     }

@@ -338,7 +338,7 @@ extension PolicyCommandTests {
         #expect(try d.bgtask(["submit", "--id", "b", "--at", hhmm, "--every", "1d", "--", "true"]).0 == 0)
         let b = try #require(try earliest("b"))
         #expect(abs(b - (soon.timeIntervalSince1970 - Double(t.tm_sec))) < 1, "\(b) for \(hhmm)")
-        let (_, pending, _) = try d.bgtask(["pending"])
+        let (_, pending, _) = try d.bgtask(["pending", "--long"])
         #expect(pending.contains("b: ") && pending.contains("(every 1d)"), "\(pending)")
         for bad in [["--at", "25:00"], ["--earliest", "someday 01:00"], ["--at", "01:00", "--earliest", "2h"]] {
             let (s, _, e) = try d.bgtask(["submit", "--id", "c"] + bad + ["--", "true"])
@@ -374,5 +374,35 @@ extension PolicyCommandTests {
         let daily = try d.bgtask(["why", "daily"]).1
         #expect(daily.contains("Next: every 1d, not before tomorrow ") || daily.contains("Next: every 1d, not before "), "\(daily)")
         #expect(daily.contains(", in 23h") || daily.contains(", in 1d"), "\(daily)")
+    }
+}
+
+extension PolicyCommandTests {
+    @Test("pending lists everything that holds a task back (each rule with file:line, its earliest date), as a table with the last run and as prose with --long")
+    func pendingListsEveryUnmetCondition() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-night.toml", "[[rule]]\nid = \"night.only\"\nwhen = 'task.id == \"sync\"'\nverdict = \"defer\"\nreason = \"only at night\"\n")
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "ran", "--", "true"]).0 == 0)
+        _ = try #require(d.said("ran: finished"), "\(d.daemon?.stderr ?? "")")
+        #expect(try d.bgtask(["submit", "--id", "ran", "--earliest", "2h", "--", "true"]).0 == 0)
+        #expect(try d.bgtask(["submit", "--id", "sync", "--requires-network", "--earliest", "3h", "--", "true"]).0 == 0)
+
+        let sync = try #require(try d.pending().first { $0["id"] as? String == "sync" })
+        let unmet = try #require(sync["unmet"] as? [[String: Any]], "\(sync)")
+        let reasons = unmet.compactMap { $0["reason"] as? String }
+        #expect(unmet.contains { $0["rule"] as? String == "night.only" && ($0["location"] as? String)?.hasSuffix("50-night.toml:2") == true }, "\(unmet)")
+        #expect(reasons.contains { $0.contains("network") }, "the recorded machine is not online: \(reasons)")
+        #expect(reasons.contains { $0.hasPrefix("not before ") && $0.contains("earliest begin date") }, "\(reasons)")
+
+        let (s, table, e) = try d.bgtask(["pending"])
+        #expect(s == 0, "\(e)")
+        let lines = table.split(separator: "\n").map(String.init)
+        #expect(lines.first?.hasPrefix("ID") == true && lines.first?.contains("RESULT") == true, "\(table)")
+        let ran = try #require(lines.first { $0.hasPrefix("ran ") }, "\(table)")
+        #expect(ran.contains(" ok ") && ran.contains("waiting"), "its last run, from the audit trail: \(ran)")
+        #expect(lines.contains { $0.hasPrefix("sync ") && $0.contains("more: --long") }, "\(table)")
+        let long = try d.bgtask(["pending", "--long"]).1
+        #expect(long.contains("unmet: only at night — rule night.only (") && long.contains("50-night.toml:2)"), "\(long)")
     }
 }
