@@ -75,6 +75,44 @@ public enum PolicyLayers {
         return dirs.filter { seen.insert($0).inserted }
     }
 
+    /// The layer directories as `policy check` reports them: each with how many files it gave, nil when missing.
+    public static func layerDirectories() -> [(path: String, files: Int?)] {
+        [shippedDirectory, systemDirectory, userDirectory].compactMap { $0 }.map { d in
+            (d, opendir(d).map { closedir($0); return listTOML(d).count })
+        }
+    }
+
+    /// Files a person may have meant as layers that are not read, and why (as `systemd-analyze cat-config`
+    /// shows what it skipped): a name that does not end in `.toml` in a layer directory, a hidden one, and a
+    /// `.toml` beside a `policy.d` rather than in it.
+    public static func skipped() -> [(path: String, why: String)] {
+        var out: [(String, String)] = []
+        for dir in [shippedDirectory, systemDirectory, userDirectory].compactMap({ $0 }) {
+            // The README that packages put there (data/policy.d-README) is not a policy someone meant.
+            for name in entries(dir) where isFile(dir + "/" + name) && !(name.hasSuffix(".toml") && !name.hasPrefix("."))
+                && name != "README" && name != "README.md" {
+                out.append((dir + "/" + name, name.hasPrefix(".") ? "a hidden file" : "not *.toml"))
+            }
+            guard dir.hasSuffix("/policy.d") else { continue }
+            let parent = String(dir.dropLast("/policy.d".count))
+            for name in entries(parent) where name.hasSuffix(".toml") && isFile(parent + "/" + name) {
+                out.append((parent + "/" + name, "layers are read from \(dir)/*.toml"))
+            }
+        }
+        return out
+    }
+
+    static func entries(_ dir: String) -> [String] {
+        guard let d = opendir(dir) else { return [] }
+        defer { closedir(d) }
+        var names: [String] = []
+        while let e = readdir(d) {
+            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
     static func listTOML(_ dir: String) -> [String] {
         guard let d = opendir(dir) else { return [] }
         defer { closedir(d) }

@@ -406,3 +406,20 @@ extension PolicyCommandTests {
         #expect(long.contains("unmet: only at night — rule night.only (") && long.contains("50-night.toml:2)"), "\(long)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("policy check says where it looked for layers and what it skipped and why: a file that is not *.toml, a policy.toml beside policy.d")
+    func checkSaysWhatItSkipped() throws {
+        let p = try PolicyEnv()
+        try "[[rule]]\n".write(to: p.userDir.appendingPathComponent("rules.tml"), atomically: true, encoding: .utf8)
+        let beside = p.userDir.deletingLastPathComponent().appendingPathComponent("policy.toml")
+        try "[battery]\nlow_percent = 30\n".write(to: beside, atomically: true, encoding: .utf8)
+        let (s, o, e) = try p.run(["policy", "check"])
+        #expect(s == 0, "\(e)")
+        #expect(o.contains("read: \(p.userDir.path) (0 files)") && o.contains("read: \(p.dir.path)/etc (0 files)"), "\(o)")
+        #expect(o.contains("skipped: \(p.userDir.path)/rules.tml (not *.toml)"), "\(o)")
+        #expect(o.contains("skipped: \(beside.path) (layers are read from \(p.userDir.path)/*.toml)"), "\(o)")
+        let j = try parseJSON(try p.run(["policy", "check", "--json"]).1)
+        #expect((j["skipped"] as? [[String: Any]])?.count == 2, "\(j)")
+    }
+}
