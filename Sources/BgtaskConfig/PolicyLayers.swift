@@ -114,14 +114,7 @@ public enum PolicyLayers {
     }
 
     static func listTOML(_ dir: String) -> [String] {
-        guard let d = opendir(dir) else { return [] }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-            if name.hasSuffix(".toml") && !name.hasPrefix(".") { names.append(name) }
-        }
-        return names.sorted().map { dir + "/" + $0 }
+        entries(dir).filter { $0.hasSuffix(".toml") && !$0.hasPrefix(".") }.map { dir + "/" + $0 }
     }
 
     static func isFile(_ p: String) -> Bool { var st = stat(); return stat(p, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG }
