@@ -119,7 +119,7 @@ final class OneShot {
     }
 
     typealias ProfileSlots = [(service: (name: String, path: String, iface: String), slot: UnsafeMutablePointer<cup_slot>)]
-    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots, sessions: UnsafeMutablePointer<cup_slot>?)
+    typealias ServiceSlots = (metered: UnsafeMutablePointer<cup_slot>, profiles: ProfileSlots, sessions: LogindSlots?)
 
     func askServices(listSessions: Bool = true) -> ServiceSlots {
         let nm = Services.networkManager
@@ -130,9 +130,10 @@ final class OneShot {
 
     func readings(upower: UPowerReading, _ s: ServiceSlots, desktop: (DesktopIdle?, String), known: LogindSessions? = nil) -> DBusReadings {
         let metered = nmMetered(s.metered), p = profile(s.profiles)
-        let logind = s.sessions.map { sessions($0) } ?? known ?? (nil, "logind not asked")
-        let presence = PresenceInputs(sessions: logind.sessions, logindReason: logind.reason, desktop: desktop.0,
+        let logind = s.sessions.map { sessions($0) } ?? known ?? (nil, "logind not asked", nil)
+        var presence = PresenceInputs(sessions: logind.sessions, logindReason: logind.reason, desktop: desktop.0,
                                       desktopReason: desktop.1, readAt: monotonicNanos())
+        presence.managerIdle = logind.manager
         return DBusReadings(upower: upower, nmMetered: metered.value, nmReason: metered.reason,
                             powerProfile: p.profile, powerProfileSource: p.source, presence: presence)
     }

@@ -75,6 +75,8 @@ public struct PresenceInputs: Sendable, Equatable {
     /// nil: logind could not be asked (`logindReason` says why).
     public var sessions: [LoginSession]?
     public var logindReason: String
+    /// logind's own aggregate (the Manager's IdleHint, IdleSinceHintMonotonic µs), when it answered.
+    public var managerIdle: ManagerIdle?
     public var desktop: DesktopIdle?
     public var desktopReason: String
     public var readAt: UInt64
@@ -136,7 +138,11 @@ public enum PresenceAnalysis {
         if let d = inputs.desktop, let ms = d.idleMs {
             idleS = Double(ms) / 1000 + elapsed
         } else if let p = persons, !p.isEmpty {
-            if p.contains(where: { !$0.idle && !$0.locked }) {
+            if let m = inputs.managerIdle, m.idle, p.contains(where: { !$0.idle && !$0.locked }) {
+                // logind's own aggregate says idle though a session does not (a mock, or a desktop that sets only it).
+                if m.sinceUs == 0 { exactSince = false }
+                else { idleS = max(0, Double(Int64(bitPattern: now / 1000) - Int64(bitPattern: m.sinceUs)) / 1e6) }
+            } else if p.contains(where: { !$0.idle && !$0.locked }) {
                 idleS = 0
             } else {
                 // Every session idle (or locked): since the latest of their idle hints.
@@ -182,7 +188,14 @@ public enum PresenceAnalysis {
 
 // MARK: - Reading logind
 
-typealias LogindSessions = (sessions: [LoginSession]?, reason: String)
+typealias LogindSessions = (sessions: [LoginSession]?, reason: String, manager: ManagerIdle?)
+
+/// The Manager's IdleHint and IdleSinceHintMonotonic (µs; 0 when not given).
+public struct ManagerIdle: Sendable, Equatable {
+    public var idle: Bool
+    public var sinceUs: UInt64
+    public init(idle: Bool, sinceUs: UInt64) { self.idle = idle; self.sinceUs = sinceUs }
+}
 
 enum Logind {
     static let name = "org.freedesktop.login1"
@@ -195,14 +208,31 @@ enum Logind {
 
 extension OneShot {
     /// logind's `ListSessions`; its answer is read by `sessions(_:)`.
-    func askSessions() -> UnsafeMutablePointer<cup_slot> {
-        send(Logind.name, Logind.path, Logind.manager, "ListSessions", nil, reply: "(a(susso))", autoStart: false)
+    typealias LogindSlots = (list: UnsafeMutablePointer<cup_slot>, idle: UnsafeMutablePointer<cup_slot>, since: UnsafeMutablePointer<cup_slot>)
+
+    /// logind's `ListSessions` and its own idle hint; their answers are read by `sessions(_:)`.
+    func askSessions() -> LogindSlots {
+        (send(Logind.name, Logind.path, Logind.manager, "ListSessions", nil, reply: "(a(susso))", autoStart: false),
+         get(Logind.name, Logind.path, Logind.manager, "IdleHint"), get(Logind.name, Logind.path, Logind.manager, "IdleSinceHintMonotonic"))
     }
 
     /// Every listed session's properties, asked together.
-    func sessions(_ list: UnsafeMutablePointer<cup_slot>) -> (sessions: [LoginSession]?, reason: String) {
+    func sessions(_ slots: LogindSlots) -> LogindSessions {
+        let list = slots.list
         guard let reply = list.pointee.reply else {
-            return (nil, "logind not on the system bus (\(Logind.name) ListSessions: \(error(list)))")
+            return (nil, "logind not on the system bus (\(Logind.name) ListSessions: \(error(list)))", nil)
+        }
+        var manager: ManagerIdle?
+        if let v = value(slots.idle) {
+            defer { g_variant_unref(v) }
+            if cup_variant_is(v, "b") != 0 {
+                var since: UInt64 = 0
+                if let s = value(slots.since) {
+                    if cup_variant_is(s, "t") != 0 { since = UInt64(g_variant_get_uint64(s)) }
+                    g_variant_unref(s)
+                }
+                manager = ManagerIdle(idle: g_variant_get_boolean(v) != 0, sinceUs: since)
+            }
         }
         let array = cup_child(reply, 0)!
         defer { g_variant_unref(array) }
@@ -226,7 +256,7 @@ extension OneShot {
             out.append(session)
         }
         let persons = out.filter(\.isPersons)
-        return (out, "logind: \(persons.count) user session(s)")
+        return (out, "logind: \(persons.count) user session(s)", manager)
     }
 
     static func uint64(_ dict: OpaquePointer, _ key: String) -> UInt64? {

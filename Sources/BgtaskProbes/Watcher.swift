@@ -431,7 +431,7 @@ final class GLibSide {
         readDesktop()
         let up = upower.map { $0.reading() } ?? .unavailable("UPower client could not be created")
         let readings = DBusProbe.read(bus: bus!, upower: up, desktop: desktop, sessions: logind)
-        logind = (readings.presence.sessions, readings.presence.logindReason)
+        logind = (readings.presence.sessions, readings.presence.logindReason, readings.presence.managerIdle)
         schedulePresence(readings.presence)
         engine.publish(readings)
     }

@@ -52,6 +52,18 @@ struct PresenceTests {
         #expect(PresenceAnalysis.analyze(inputs, after: 300, now: now + 200_000_000_000).idle == true)
     }
 
+    @Test("logind's own aggregate (the Manager's IdleHint) counts too: idle since its time, or away when it gives none")
+    func managerIdleHint() {
+        var inputs = PresenceInputs(sessions: [LoginSession(id: "2")], logindReason: "", readAt: now)
+        inputs.managerIdle = ManagerIdle(idle: true, sinceUs: ago(400))
+        let r = PresenceAnalysis.analyze(inputs, after: 300, now: now)
+        #expect(r.idle == true && r.idleSeconds == 400, "\(r)")
+        inputs.managerIdle = ManagerIdle(idle: true, sinceUs: 0)
+        #expect(PresenceAnalysis.analyze(inputs, after: 300, now: now).idle == true)
+        inputs.managerIdle = ManagerIdle(idle: false, sinceUs: 0)
+        #expect(PresenceAnalysis.analyze(inputs, after: 300, now: now).idle == false)
+    }
+
     @Test("an idle hint without a time (some desktops): the desktop's own delay has passed, so away")
     func idleHintWithoutTime() {
         let r = analyze([LoginSession(id: "2", idle: true, idleSinceUs: 0)])

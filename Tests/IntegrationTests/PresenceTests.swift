@@ -36,6 +36,15 @@ final class MockLogind {
                           [MockLogind.session, "{'IdleHint': <\(idle)>, 'IdleSinceHintMonotonic': <uint64 \(us)>}"])
     }
 
+    /// logind's own aggregate on the Manager, as a desktop that sets only it would leave it.
+    func setManagerIdle(_ idle: Bool, secondsAgo: Double = 0) throws {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        let us = UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000 - UInt64(secondsAgo * 1_000_000)
+        try services.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.UpdateProperties",
+                          ["org.freedesktop.login1.Manager", "{'IdleHint': <\(idle)>, 'IdleSinceHintMonotonic': <uint64 \(us)>}"])
+    }
+
     func setLocked(_ id: String, _ locked: Bool) throws {
         try services.call("org.freedesktop.login1", "/org/freedesktop/login1/session/\(id)", "org.freedesktop.DBus.Mock.UpdateProperties",
                           [MockLogind.session, "{'LockedHint': <\(locked)>}"])
@@ -136,6 +145,10 @@ extension UmockdevIntegrationTests {
         try logind.addSession("3")
         let (rc1, _, _) = try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--", "true"], environment: none, deadline: 30)
         #expect(rc1 == 75, "a session in use: processing work does not start")
+        // logind's own aggregate, set on the Manager alone, is followed by its signal.
+        try logind.setManagerIdle(true, secondsAgo: 600)
+        #expect(try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--", "true"], environment: none, deadline: 30).0 == 0)
+        try logind.setManagerIdle(false)
         try logind.setLocked("3", true)
         let (s1, o1, _) = try Child.run(Child.bgtaskPath, ["status"], environment: none)
         #expect(s1 == 0 && o1.contains("user away: screen locked (logind LockedHint)"), "\(o1)")
