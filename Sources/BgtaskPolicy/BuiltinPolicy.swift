@@ -74,7 +74,7 @@ id = "processing.user-away"
 when = 'task.kind == "processing" && !task.user_initiated && user.idle == false'
 verdict = "expire"
 grace = "5s"
-reason = "user {user.reason}: processing work runs while you are away"
+reason = "user {user.reason}: processing work runs while you are away (a command: --ignore-idle)"
 
 [[rule]]
 id = "processing.storage-low"

@@ -386,7 +386,7 @@ struct IdleRuleTests {
         let (d, a) = at(0, present)
         #expect(a == [] && m.phase == .waiting)
         #expect(d.matches.first?.ruleID == "processing.user-away")
-        #expect(d.reason == "user active now (logind): processing work runs while you are away")
+        #expect(d.reason == "user active now (logind): processing work runs while you are away (a command: --ignore-idle)")
         #expect(at(10, away).1 == [.start])
         #expect(at(20, present).1 == [.expire(grace: 5, why: .verdict)])
         #expect(m.expiredByRule == "processing.user-away")
