@@ -178,9 +178,17 @@ public final class Daemon {
         } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
         let atStart = ConfigWatch.fingerprint(Daemon.configurationDirectories(options))
         let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
-        guard errors.isEmpty else {
+        // A broken layer in a policy directory is left out with a warning, the others in force: a daemon that
+        // exited would leave the user with no background work after the next login. A file named on the command
+        // line is what was asked for: without it, nothing.
+        let named = Set(options.policyFiles.flatMap { [$0, PolicyLayers.display($0)] })
+        if errors.contains(where: { named.contains($0.location.file) }) {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
+        }
+        if !errors.isEmpty {
+            policyWarning = "a policy layer does not load and is left out (the other layers are in force until it is fixed): "
+                + errors.map(\.description).joined(separator: "; ")
         }
         policyRef = PolicyRef(p)
         configurationAtStart = atStart
@@ -258,6 +266,7 @@ public final class Daemon {
         // Work starts only once the daemon answers on the bus: a client never sees a task it cannot ask about.
         // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
+        if let w = policyWarning { say(w) }
         loop.after(0) { [unowned self] in
             try? self.audit.prune(now: wallClockNow())
             self.restoreSlice()

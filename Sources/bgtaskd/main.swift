@@ -18,7 +18,8 @@ struct Bgtaskd: ParsableCommand {
         to stderr (the journal under systemd); every decision also goes to the audit trail `bgtask why` reads. \
         SIGHUP reloads the policy; SIGTERM ends running tasks and keeps them queued. Exit status: 0 after SIGTERM; \
         69 when there is no session bus; 73 when the state directory cannot be written; 75 when another bgtaskd \
-        runs; 78 when the policy does not load. Where a systemd user manager runs, each command task is a transient \
+        runs; 78 when a policy file named with --policy does not load (a broken file in a policy directory is left out \
+        with a warning, the other layers in force). Where a systemd user manager runs, each command task is a transient \
         unit in background.slice (its output in the journal); --no-systemd-units or BGTASK_SYSTEMD_UNITS=0 runs \
         them as bgtaskd's own children instead.
         """,

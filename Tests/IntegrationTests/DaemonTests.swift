@@ -576,3 +576,25 @@ extension UmockdevIntegrationTests {
         #expect(started != nil, "still waiting after the zone cooled: \(d.daemon?.stderr ?? "")")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtaskd starting with a broken policy layer does not exit: the file is left out with a warning at file:line, the other layers are in force, and fixing it clears the warning")
+    func daemonStartsWithABrokenLayer() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("60-typo.toml", "[[rule]]\nid = \"typo\"\nwhen = 'battery.prcent < 5'\nverdict = \"defer\"\n")
+        let d = try SessionDaemon(policy: p, preload: false)
+        _ = try #require(d.said("60-typo.toml:3"), "\(d.daemon?.stderr ?? "")")
+        let (_, text, _) = try d.bgtask(["pending"])
+        #expect(text.contains("warning: a policy layer does not load and is left out") && text.contains("60-typo.toml:3"), "\(text)")
+        // The default layer is in force: a task waits for the network on the recorded machine, which is not online.
+        #expect(try d.bgtask(["submit", "--id", "net", "--requires-network", "--", "true"]).0 == 0)
+        #expect(try d.pending().first { $0["id"] as? String == "net" } != nil)
+
+        try p.userPolicy("60-typo.toml", "[[rule]]\nid = \"typo\"\nwhen = 'battery.percent < 5'\nverdict = \"defer\"\n")
+        // bgtaskd may have read the fixed file by itself already (it watches the directory): either way it is in force.
+        let (s, said, _) = try d.bgtask(["policy", "reload"])
+        #expect(s == 0 && (said.contains("rules added: typo") || said.contains("nothing changed")), "\(said)")
+        let (_, after, _) = try d.bgtask(["pending"])
+        #expect(!after.contains("warning:"), "\(after)")
+    }
+}
