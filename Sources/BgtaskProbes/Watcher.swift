@@ -455,6 +455,11 @@ final class GLibSide {
         }
         guard let w = wait else { return }
         let ms = guint(min(Double(UInt32.max / 2), max(1, (w * 1000).rounded(.up) + 5)))
-        presenceTimer = cup_timeout(context, ms, { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }, selfPointer)
+        presenceTimer = cup_timeout(context, ms, { ctx in
+            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
+            // A text session's idle hint changes without a signal: the sessions are listed again, not taken as kept.
+            me.logind = nil
+            me.changed()
+        }, selfPointer)
     }
 }

@@ -12,6 +12,13 @@ final class MockLogind {
     var bus: PrivateBus { services.bus }
     static let session = "org.freedesktop.login1.Session"
 
+    /// CLOCK_MONOTONIC in µs, `seconds` ago: logind's IdleSinceHintMonotonic.
+    static func monotonicUs(ago seconds: Double) -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000 - UInt64(seconds * 1_000_000)
+    }
+
     init() throws {
         services = try MockServices(env: ["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
         try services.spawn(template: "logind", name: "org.freedesktop.login1")
@@ -29,20 +36,33 @@ final class MockLogind {
 
     /// The idle hint as a desktop sets it: idle since `secondsAgo` (CLOCK_MONOTONIC, as logind keeps it), or active.
     func setIdle(_ id: String, _ idle: Bool, secondsAgo: Double = 0) throws {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        let us = UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000 - UInt64(secondsAgo * 1_000_000)
+        let us = MockLogind.monotonicUs(ago: secondsAgo)
         try services.call("org.freedesktop.login1", "/org/freedesktop/login1/session/\(id)", "org.freedesktop.DBus.Mock.UpdateProperties",
                           [MockLogind.session, "{'IdleHint': <\(idle)>, 'IdleSinceHintMonotonic': <uint64 \(us)>}"])
     }
 
     /// logind's own aggregate on the Manager, as a desktop that sets only it would leave it.
     func setManagerIdle(_ idle: Bool, secondsAgo: Double = 0) throws {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        let us = UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000 - UInt64(secondsAgo * 1_000_000)
+        let us = MockLogind.monotonicUs(ago: secondsAgo)
         try services.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.UpdateProperties",
                           ["org.freedesktop.login1.Manager", "{'IdleHint': <\(idle)>, 'IdleSinceHintMonotonic': <uint64 \(us)>}"])
+    }
+
+    /// A text console's session: logind computes its idle hint from the terminal's last access, without a signal.
+    func addTextSession(_ id: String) throws {
+        try addSession(id)
+        let path = "/org/freedesktop/login1/session/\(id)"
+        try services.call("org.freedesktop.login1", path, "org.freedesktop.DBus.Mock.UpdateProperties",
+                          [MockLogind.session, "{'Type': <'tty'>, 'TTY': <'tty2'>}"])
+        try services.call("org.freedesktop.login1", path, "org.freedesktop.DBus.Mock.AddMethod",
+                          [MockLogind.session, "QuietlyIdle", "t", "",
+                           "self.props['\(MockLogind.session)']['IdleHint'] = True\nself.props['\(MockLogind.session)']['IdleSinceHintMonotonic'] = dbus.UInt64(args[0])"])
+    }
+
+    /// The tty's idle hint turns true as logind's does: no PropertiesChanged.
+    func quietlyIdle(_ id: String, secondsAgo: Double) throws {
+        let us = MockLogind.monotonicUs(ago: secondsAgo)
+        try services.call("org.freedesktop.login1", "/org/freedesktop/login1/session/\(id)", "\(MockLogind.session).QuietlyIdle", ["\(us)"])
     }
 
     func setLocked(_ id: String, _ locked: Bool) throws {
@@ -293,5 +313,25 @@ extension PolicyCommandTests {
         let (s, o, _) = try Child.run(Child.bgtaskPath, ["status", "--json"], environment: p.env)
         let j = try parseJSON(o)
         #expect(s == 0 && value(j, "storage.free_bytes") is Double, "\(o)")
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("a text console's idle hint, which logind changes without a signal, is read again every [idle] after: processing work starts without any event")
+    func textConsoleIdleWithoutSignal() throws {
+        try requirePreload()
+        let logind = try MockLogind()
+        try logind.addTextSession("4")
+        let p = try PolicyEnv()
+        try p.userPolicy("50-idle.toml", fastIdle)
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+        let env = p.environment(preload: true, ["DBUS_SYSTEM_BUS_ADDRESS": logind.bus.address])
+        let run = try Child(Child.bgtaskPath, ["run", "--kind", "processing", "--", "true"], environment: env)
+        defer { run.stop() }
+        _ = try #require(run.errorLine(within: 10) { $0.contains("user active now (logind)") }, "\(run.stderr)")
+        try logind.quietlyIdle("4", secondsAgo: 60)
+        _ = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
+        #expect(run.waitExit(within: 10) == 0)
     }
 }
