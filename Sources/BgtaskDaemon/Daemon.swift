@@ -195,7 +195,7 @@ public final class Daemon {
         limits = Schedule.Limits(p.settings)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
-        do { events = try EventLoop(watch: EventLoop.watchOptions(options.probe.applying(p.settings), policies: [p])) } catch {
+        do { events = try EventLoop(watch: EventLoop.watchOptions(Daemon.probe(options.probe, p.settings), policies: [p])) } catch {
             throw DaemonError(message: "\(error)", status: ExitStatus.failure)
         }
         do { bus = try BusConnection(address: options.busAddress) } catch {
@@ -207,9 +207,13 @@ public final class Daemon {
         if !options.quiet { fputs(Terminal.safe("bgtaskd: \(s)") + "\n", stderr) }
     }
 
-    var probe: ProbeOptions {
-        var o = options.probe.applying(policy.settings)
-        // One filesystem for every task's storage.*: the home directory, where they run unless told otherwise.
+    var probe: ProbeOptions { Daemon.probe(options.probe, policy.settings) }
+
+    /// The readings' options, for the watcher and for each task: the policy's thresholds, and one filesystem for
+    /// every task's storage.* — the home directory, where they run unless told otherwise (not bgtaskd's own
+    /// working directory, `/` under systemd).
+    static func probe(_ base: ProbeOptions, _ settings: PolicySettings) -> ProbeOptions {
+        var o = base.applying(settings)
         if o.storagePath == nil { o.storagePath = getenv("HOME").map { String(cString: $0) } ?? "/" }
         return o
     }

@@ -598,3 +598,17 @@ extension PolicyCommandTests {
         #expect(!after.contains("warning:"), "\(after)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("bgtaskd reads storage.* for the home directory, where its tasks run, not for its own working directory")
+    func daemonStorageIsTheHomeDirectory() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-storage.toml", "[storage]\nlow_mb = 100000000\n")
+        let home = p.dir.appendingPathComponent("home")
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: ["HOME": home.path])
+        #expect(try d.bgtask(["submit", "--id", "big", "--", "true"]).0 == 0)
+        let t = try #require(try d.pending().first { $0["id"] as? String == "big" })
+        #expect((t["reason"] as? String)?.contains("storage low on \(home.path) (") == true, "\(t)")
+    }
+}
