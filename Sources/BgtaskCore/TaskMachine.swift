@@ -292,6 +292,8 @@ public struct TaskMachine: Sendable {
         guard !dep.opaque else { return nil }
         let eps = 0.001
         var c: [Double] = []
+        // Its own window opens or closes.
+        if let w = task.window { c.append(now + w.untilChange(from: time.secondsSinceMidnight) + eps) }
         switch phase {
         case .waiting: c += dep.waited.map { enqueuedAt + $0 + eps }
         case .running, .paused: if let s = startedAt { c += dep.running.map { s + $0 + eps } }

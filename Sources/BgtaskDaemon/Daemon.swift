@@ -658,6 +658,17 @@ public final class Daemon {
             // them again, as work interrupted by a crash does. Refresh work is dropped, as on iOS.
             next = e.row
             say("\(e.row.id): ended by rule \(rule); queued again, to run when its conditions hold")
+        } else if let text = e.row.calendar {
+            // The next elapse after this start: elapses missed while it waited or the machine was off run once
+            // (systemd's Persistent=true), not once each.
+            if let event = try? CalendarEvent(parsing: text), let at = event.next(after: max(e.row.started ?? 0, wallClockNow())) {
+                var r = e.row
+                r.failures = 0
+                r.earliest = at
+                next = r
+            } else {
+                say("\(e.row.id): its calendar event '\(text)' does not elapse again; not queued again")
+            }
         } else if let every = e.row.every {
             var r = e.row
             r.failures = 0

@@ -20,7 +20,8 @@ public enum RequestBounds {
 
 extension Daemon {
     static let submitKeys: Set<String> = ["id", "kind", "requires_external_power", "requires_network", "requires_unmetered",
-                                          "cpu_heavy", "user_initiated", "earliest", "every", "retry", "budget", "directory"]
+                                          "cpu_heavy", "user_initiated", "earliest", "every", "retry", "budget", "directory",
+                                          "window", "on_calendar"]
 
     /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
     static let sandboxedMethods: Set<String> = ["GetSupportedResources", "ListApps"]
@@ -157,6 +158,19 @@ extension Daemon {
             row.budget = try seconds("budget", max: 86_400).get()
             if let r = try seconds("retry", max: 100).get() { row.retry = Int(r) }
         } catch { return .failure(error) }
+        if let w = opts["window"] {
+            guard let s = w.string, s.utf8.count <= 32, let window = ClockWindow(s) else { return bad("window must be HH:MM-HH:MM, such as 01:00-06:00") }
+            row.window = window.text
+        }
+        if let c = opts["on_calendar"] {
+            guard let s = c.string else { return bad("on_calendar must be a string") }
+            if row.every != nil { return bad("on_calendar and every exclude each other") }
+            let event: CalendarEvent
+            do { event = try CalendarEvent(parsing: s) } catch { return bad(error.description) }
+            guard let first = event.next(after: max(now, row.earliest ?? now) - 0.001) else { return bad("calendar event '\(s)' never elapses again") }
+            row.calendar = s
+            row.earliest = first
+        }
         if let e = row.every {
             guard e >= 1 else { return bad("every must be at least 1 second") }
             row.anchor = row.earliest ?? now
@@ -228,6 +242,8 @@ extension Daemon {
             }
             if let t = e.row.earliest { d["earliest"] = .double(t) }
             if let t = e.row.every { d["every"] = .double(t) }
+            if let c = e.row.calendar { d["calendar"] = .string(c) }
+            if let w = e.row.window { d["window"] = .string(w) }
             d["unmet"] = .dicts(unmet(e, now, wall: wall))
             // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
             if let n = e.awake?.nextDeadline { d["next_check"] = .double(wall + (n - mono)) }
@@ -246,7 +262,8 @@ extension Daemon {
                         "reason": .string(m.reason)])
         }
         if let t = e.row.earliest, t > wall {
-            out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (its earliest begin date)")])
+            let why = e.row.calendar.map { "its calendar event '\($0)'" } ?? (e.row.every != nil ? "its next period" : "its earliest begin date")
+            out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
         }
         if case .noSlot(let why)? = e.awake?.machine.startBlock { out.append(["what": .string("slot"), "reason": .string(why)]) }
         return out

@@ -20,11 +20,11 @@ public struct Slots: Sendable {
 
     struct TaskIndex: Sendable {
         var id = 0, kind = 0, power = 0, network = 0, unmetered = 0, heavy = 0, user = 0
-        var waited = 0, waitedS = 0, running = 0, runningS = 0
+        var waited = 0, waitedS = 0, running = 0, runningS = 0, window = 0, inWindow = 0
     }
     let taskIndex: TaskIndex
     /// Shared slots the built-in requirement checks read, resolved once.
-    struct RequirementIndex: Sendable { var external = 0, reason = 0, online = 0, metered = 0, interface = 0 }
+    struct RequirementIndex: Sendable { var external = 0, reason = 0, online = 0, metered = 0, interface = 0, ofDay = 0 }
     let requirementIndex: RequirementIndex
 
     init(schema: Schema) {
@@ -38,10 +38,11 @@ public struct Slots: Sendable {
         taskIndex = TaskIndex(id: at["task.id"]!, kind: at["task.kind"]!, power: at["task.requires_external_power"]!,
                               network: at["task.requires_network"]!, unmetered: at["task.requires_unmetered"]!,
                               heavy: at["task.cpu_heavy"]!, user: at["task.user_initiated"]!, waited: at["task.waited"]!,
-                              waitedS: at["task.waited_s"]!, running: at["task.running"]!, runningS: at["task.running_s"]!)
+                              waitedS: at["task.waited_s"]!, running: at["task.running"]!, runningS: at["task.running_s"]!,
+                              window: at["task.window"]!, inWindow: at["task.in_window"]!)
         let sh = shared
         requirementIndex = RequirementIndex(external: sh["power.external"]!, reason: sh["power.reason"]!, online: sh["network.online"]!,
-                                            metered: sh["network.metered"]!, interface: sh["network.interface"]!)
+                                            metered: sh["network.metered"]!, interface: sh["network.interface"]!, ofDay: sh["time.of_day"]!)
     }
 }
 

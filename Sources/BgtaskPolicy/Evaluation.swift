@@ -161,7 +161,10 @@ extension Policy {
             let sig = Policy.signature(task)
             let entry: (verdict: Verdict, candidates: [Int])
             if let cached = bySignature[sig] {
-                if cached.candidates.isEmpty { return cached.verdict }
+                // The requirements are per task (a window is not in the signature): checked for each one.
+                if cached.candidates.isEmpty {
+                    return cached.verdict < .defer && policy.anyRequirementUnmet(task, frame) ? .defer : cached.verdict
+                }
                 entry = cached
                 policy.fillTask(task, into: frame)
             } else {
@@ -259,6 +262,7 @@ extension Policy {
         if t.requiresExternalPower && frame.shared[i.external] != .bool(true) { return true }
         if t.requiresNetwork && frame.shared[i.online] != .bool(true) { return true }
         if t.requiresUnmetered && frame.shared[i.metered] == .bool(true) { return true }
+        if let w = t.window, case .duration(let sod) = frame.shared[i.ofDay], !w.contains(sod) { return true }
         return false
     }
 
@@ -285,6 +289,15 @@ extension Policy {
             out.append(UnmetRequirement(flag: "task.requires_unmetered",
                                         reason: "waiting for an unmetered network (\(iface == .null ? "the network" : iface.description) is metered)",
                                         readings: [r("task.requires_unmetered"), r("network.metered")]))
+        }
+        if frame.task[t.inWindow] == .bool(false), case .duration(let sod) = frame.shared[i.ofDay] {
+            let window = frame.task[t.window].description
+            let opens = ClockWindow(window).map { w in
+                let d = w.untilChange(from: sod)
+                return "; it opens in \(formatDuration(d.rounded(.up)))"
+            } ?? ""
+            out.append(UnmetRequirement(flag: "task.in_window", reason: "outside its window \(window)\(opens)",
+                                        readings: [r("task.window"), r("time.of_day")]))
         }
         return out
     }

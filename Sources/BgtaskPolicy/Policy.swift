@@ -91,10 +91,62 @@ public struct TaskFields: Sendable, Equatable {
     /// Seconds waited before starting, and run since.
     public var waited: Double = 0
     public var running: Double = 0
+    /// `--between`: the local hours it may run in.
+    public var window: ClockWindow?
 
     public init(id: String, kind: String = "processing") {
         self.id = id
         self.kind = kind
+    }
+}
+
+/// A daily window of local time (`--between 01:00-06:00`; `22:00-06:00` runs past midnight): the task's own
+/// requirement, as a charger is for `--requires-external-power` — outside it a waiting task waits and a running
+/// one is paused, as a `defer` rule would, with no policy rule needed.
+public struct ClockWindow: Sendable, Equatable {
+    /// Seconds since midnight: from `start` (included) to `end` (excluded).
+    public var start: Double
+    public var end: Double
+
+    public init?(start: Double, end: Double) {
+        guard start >= 0, start < 86_400, end >= 0, end < 86_400, start != end else { return nil }
+        self.start = start
+        self.end = end
+    }
+
+    /// `HH:MM[:SS]-HH:MM[:SS]`.
+    public init?(_ text: String) {
+        let halves = text.split(separator: "-", omittingEmptySubsequences: false)
+        guard halves.count == 2, let a = ClockWindow.clock(halves[0]), let b = ClockWindow.clock(halves[1]) else { return nil }
+        self.init(start: a, end: b)
+    }
+
+    static func clock(_ s: Substring) -> Double? {
+        let f = s.split(separator: ":", omittingEmptySubsequences: false)
+        guard (2...3).contains(f.count), f.allSatisfy({ (1...2).contains($0.count) && $0.allSatisfy(\.isASCII) && $0.allSatisfy(\.isNumber) }),
+              let h = Int(f[0]), let m = Int(f[1]), h < 24, m < 60 else { return nil }
+        let sec = f.count == 3 ? Int(f[2]) ?? 60 : 0
+        guard sec < 60 else { return nil }
+        return Double(h * 3600 + m * 60 + sec)
+    }
+
+    public func contains(_ secondsSinceMidnight: Double) -> Bool {
+        start < end ? (secondsSinceMidnight >= start && secondsSinceMidnight < end)
+                    : (secondsSinceMidnight >= start || secondsSinceMidnight < end)
+    }
+
+    /// Seconds from `secondsSinceMidnight` until the window next opens or closes (always > 0).
+    public func untilChange(from secondsSinceMidnight: Double) -> Double {
+        func ahead(_ t: Double) -> Double { var d = (t - secondsSinceMidnight).truncatingRemainder(dividingBy: 86_400); if d <= 0 { d += 86_400 }; return d }
+        return min(ahead(start), ahead(end))
+    }
+
+    public var text: String {
+        func c(_ v: Double) -> String {
+            let s = Int(v), p = { (x: Int) in x < 10 ? "0\(x)" : String(x) }
+            return p(s / 3600) + ":" + p(s % 3600 / 60) + (s % 60 == 0 ? "" : ":" + p(s % 60))
+        }
+        return c(start) + "-" + c(end)
     }
 }
 
@@ -142,6 +194,11 @@ extension Policy {
         frame.task[i.waitedS] = .number(t.waited)
         frame.task[i.running] = .duration(t.running)
         frame.task[i.runningS] = .number(t.running)
+        frame.task[i.window] = .string(t.window?.text ?? "")
+        frame.task[i.inWindow] = .bool(t.window.map { w in
+            if case .duration(let sod) = frame.shared[slots.requirementIndex.ofDay] { return w.contains(sod) }
+            return true
+        } ?? true)
     }
 
     /// The task fields that identify tasks alike for rules that read no per-task value.

@@ -70,6 +70,8 @@ public struct Schema: Sendable {
         t("task.waited_s", .number, "task.waited in seconds")
         t("task.running", .duration, "how long it has run")
         t("task.running_s", .number, "task.running in seconds")
+        t("task.window", .string, "its --between window (\"01:00-06:00\"), or \"\" without one")
+        t("task.in_window", .bool, "true when the local time is in its --between window, or it has none")
         list.append(Entry(name: "time.hour", type: .number, nullable: false, doc: "local hour, 0-23", scope: .time))
         list.append(Entry(name: "time.of_day", type: .duration, nullable: false, doc: "local time since midnight", scope: .time))
         list.append(Entry(name: "time.weekday", type: weekdays, nullable: false, doc: "local day of the week", scope: .time))

@@ -28,6 +28,9 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     /// `--every`: the period, and the instant periods are counted from.
     public var every: Double?
     public var anchor: Double?
+    /// `--on-calendar`: a systemd calendar event, as written; `--between`: its daily window (`01:00-06:00`).
+    public var calendar: String?
+    public var window: String?
     /// `--retry N`: how many times a failed run is retried, and how many failures so far.
     public var retry = 0
     public var failures = 0
@@ -66,13 +69,13 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     static let columns = ["id", "app", "kind", "argv", "requires_external_power", "requires_network", "requires_unmetered",
                           "cpu_heavy", "user_initiated", "earliest", "every", "anchor", "retry", "failures", "budget", "submitted",
                           "directory", "state", "run_id", "pgid", "child_start", "cgroup", "started", "title", "subtitle",
-                          "strategy", "resources", "token"]
+                          "strategy", "resources", "token", "calendar", "window"]
 
     /// Its values, in the order of `columns`.
     var values: [(any DatabaseValueConvertible)?] {
         [id, app, kind, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
          earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup,
-         started, title, subtitle, strategy, resources, token]
+         started, title, subtitle, strategy, resources, token, calendar, window]
     }
 
     /// Columns written by hand: GRDB's Codable encoder is the slow part of a Submit's write.
@@ -110,13 +113,15 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         strategy = r["strategy"]
         resources = r["resources"]
         token = r["token"]
+        calendar = r["calendar"]
+        window = r["window"]
     }
 
     enum CodingKeys: String, CodingKey {
         case id, app, kind, argv, requiresExternalPower = "requires_external_power", requiresNetwork = "requires_network"
         case requiresUnmetered = "requires_unmetered", cpuHeavy = "cpu_heavy", userInitiated = "user_initiated"
         case earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID = "run_id", pgid
-        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources, token
+        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources, token, calendar, window
     }
 
     /// This request waiting again (after a crash, a retry, or for its next period): no process, no start.
@@ -140,6 +145,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         t.requiresUnmetered = requiresUnmetered
         t.cpuHeavy = cpuHeavy
         t.userInitiated = userInitiated
+        t.window = window.flatMap(ClockWindow.init)
         return t
     }
 }
@@ -157,7 +163,7 @@ public final class QueueStore: @unchecked Sendable {
     let db: DatabaseQueue
     public static let file = "queue.sqlite"
     static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing"],
-                                    migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing"],
+                                    migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing", "v6-calendar-window"],
                                     what: "queue")
 
     /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
@@ -238,6 +244,12 @@ public final class QueueStore: @unchecked Sendable {
                 try db.create(table: "app_standing") { t in
                     t.column("app", .text).primaryKey()
                     t.column("ended", .integer).notNull()
+                }
+            }
+            m.registerMigration("v6-calendar-window") { db in
+                try db.alter(table: "request") { t in
+                    t.add(column: "calendar", .text)
+                    t.add(column: "window", .text)
                 }
             }
             try m.migrate(db)

@@ -49,6 +49,8 @@ extension Bgtask {
             if let n = t["next_check"]?.number { line += "; looked at again \(untilText(n)) if nothing changes before" }
             else { line += "; looked at again when conditions change" }
             if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
+            if let c = t["calendar"]?.string { line += " (on calendar '\(c)')" }
+            if let w = t["window"]?.string { line += " (between \(w))" }
             out(line)
             for u in Pending.unmet(t) {
                 let at = u["rule"]?.string.map { " — rule \($0) (\(u["location"]?.string ?? ""))" } ?? ""

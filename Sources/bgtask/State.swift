@@ -72,3 +72,6 @@ final class LazyObserver: RunObserver {
 
 /// Human output: a line with any control characters from outside (sysfs names, reasons) escaped.
 func out(_ s: String) { print(Terminal.safe(s, keepNewlines: true)) }
+
+/// A message on stderr, in bgtask's one style: `bgtask: what happened`.
+func err(_ s: String) { fputs(Terminal.safe("bgtask: " + s, keepNewlines: true) + "\n", stderr) }

@@ -26,6 +26,9 @@ extension Bgtask {
         @Option(name: .long, help: ArgumentHelp("Not before the next HH:MM local time; with --every 1d, at that time each day.", valueName: "HH:MM"))
         var at: String?
 
+        @Option(name: .long, help: ArgumentHelp("Run at each elapse of a systemd calendar event (systemd.time(7)): 'Mon..Fri 01:00', daily, '*-*-1 03:00'; a missed one runs once when it can (as Persistent=true). `bgtask calendar` shows when one elapses.", valueName: "event"))
+        var onCalendar: String?
+
         @Option(name: .long, help: ArgumentHelp("Run again every DURATION (one pending instance; a missed period runs once).", valueName: "duration"), transform: DurationArgument.parse)
         var every: DurationArgument?
 
@@ -49,6 +52,12 @@ extension Bgtask {
                 if earliest != nil { throw ValidationError("--at and --earliest exclude each other (--earliest 'tomorrow 01:00' says both)") }
             }
             if let e = every, e.seconds < 1 { throw ValidationError("--every \(e): a duration of at least 1s, such as 1d or 6h") }
+            if let c = onCalendar {
+                let event: CalendarEvent
+                do { event = try CalendarEvent(parsing: c) } catch { throw ValidationError("--on-calendar: \(error)") }
+                if every != nil || at != nil { throw ValidationError("--on-calendar says when it repeats: it excludes --every and --at") }
+                if event.next(after: wallClockNow()) == nil { throw ValidationError("--on-calendar '\(c)' (\(event)) never elapses again") }
+            }
             if let r = retry, !(0...100).contains(r) { throw ValidationError("--retry \(r): 0 to 100") }
         }
 
@@ -61,6 +70,8 @@ extension Bgtask {
             if let e = (earliest ?? at).flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
             if let e = every?.seconds { opts["every"] = .double(e) }
             if let b = taskOptions.budget?.seconds { opts["budget"] = .double(b) }
+            if let w = taskOptions.between { opts["window"] = .string(w.window.text) }
+            if let c = onCalendar { opts["on_calendar"] = .string(c) }
             if let r = retry { opts["retry"] = .uint32(UInt32(r)) }
             if let cwd = getcwd(nil, 0) { opts["directory"] = .string(String(cString: cwd)); free(cwd) }
             let reply = try DaemonClient.call("Submit", [.dict(opts), .strings(Run.fullCommand ?? command)])

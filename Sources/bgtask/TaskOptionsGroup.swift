@@ -27,6 +27,18 @@ struct DurationArgument: ExpressibleByArgument, Sendable, CustomStringConvertibl
     static var defaultCompletionKind: CompletionKind { .default }
 }
 
+/// `--between 01:00-06:00`.
+struct WindowArgument: Sendable, CustomStringConvertible {
+    let window: ClockWindow
+    var description: String { window.text }
+    static func parse(_ s: String) throws -> WindowArgument {
+        guard let w = ClockWindow(s) else {
+            throw ValidationError("a window is two local times, HH:MM-HH:MM, such as 01:00-06:00 or 22:00-06:00 (not the same time twice)")
+        }
+        return WindowArgument(window: w)
+    }
+}
+
 /// The task options `run`, `submit`, `policy explain` and `policy simulate` share (one definition, one validation).
 struct TaskOptionsGroup: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("A name for the task, for messages and `bgtask why` (default: the command's name).", valueName: "name"))
@@ -53,6 +65,9 @@ struct TaskOptionsGroup: ParsableArguments {
     @Flag(name: .long, help: "A person is waiting for it: exempt from discretionary rules, not from critical heat.")
     var userInitiated = false
 
+    @Option(name: .long, help: ArgumentHelp("Only between these local times each day (01:00-06:00; 22:00-06:00 spans midnight): outside, it waits, and a running task is paused until the window opens again.", valueName: "HH:MM-HH:MM"), transform: WindowArgument.parse)
+    var between: WindowArgument?
+
     @Option(name: .long, help: ArgumentHelp("Expire the command after it has run this long (90s, 30m, 2h).", valueName: "duration"), transform: DurationArgument.parse)
     var budget: DurationArgument?
 
@@ -68,6 +83,7 @@ struct TaskOptionsGroup: ParsableArguments {
 
     var isGivenBesidesBudget: Bool {
         id != nil || kind != .processing || ignoreIdle || requiresExternalPower || requiresNetwork || unmetered || cpuHeavy || userInitiated
+            || between != nil
     }
 
     func task(command: [String]) -> TaskFields {
@@ -78,6 +94,7 @@ struct TaskOptionsGroup: ParsableArguments {
         t.requiresUnmetered = unmetered
         t.cpuHeavy = cpuHeavy
         t.userInitiated = userInitiated || kind == .continued
+        t.window = between?.window
         return t
     }
 }

@@ -114,6 +114,8 @@ extension Bgtask {
             var parts: [String] = []
             if case .uint32(let f)? = t["failures"], case .uint32(let r)? = t["retry"], f > 0 { parts.append("retry \(f) of \(r)") }
             if case .double(let e)? = t["every"] { parts.append("every \(formatDuration(e))") }
+            if let c = t["calendar"]?.string { parts.append("on calendar '\(c)'") }
+            if let w = t["window"]?.string { parts.append("between \(w)") }
             if case .double(let at)? = t["earliest"], at > wallClockNow() { parts.append("not before \(untilText(at))") }
             else if let reason = t["reason"]?.string { parts.append("waiting: \(reason)") }
             return "Next: " + parts.joined(separator: ", ") + "."

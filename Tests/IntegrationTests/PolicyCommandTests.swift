@@ -423,3 +423,38 @@ extension PolicyCommandTests {
         #expect((j["skipped"] as? [[String: Any]])?.count == 2, "\(j)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("submit --on-calendar: waits for the next elapse, runs, and is queued again for the elapse after its start; --between is kept with the request and holds it outside the window")
+    func calendarAndWindowThroughTheDaemon() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        // Every two seconds: the first run comes within the test, and so does the re-queue.
+        #expect(try d.bgtask(["submit", "--id", "tick", "--ignore-idle", "--on-calendar", "*:*:0/2", "--", "true"]).0 == 0)
+        _ = try #require(d.said("tick: finished"), "\(d.daemon?.stderr ?? "")")
+        let started = Date().timeIntervalSince1970
+        let tick = try #require(try d.pending().first { $0["id"] as? String == "tick" }, "queued again after its run")
+        #expect(tick["calendar"] as? String == "*:*:0/2")
+        let next = try #require(tick["earliest"] as? Double)
+        #expect(next > started - 2 && next <= started + 2 && Int(next) % 2 == 0, "\(next)")
+
+        // A window that closed a minute ago and opens again in 23 hours: the request waits, saying so.
+        var now = time_t(Date().timeIntervalSince1970 - 120), t = tm()
+        localtime_r(&now, &t)
+        let from = String(format: "%02d:%02d", t.tm_hour, t.tm_min)
+        now += 60; localtime_r(&now, &t)
+        let to = String(format: "%02d:%02d", t.tm_hour, t.tm_min)
+        #expect(try d.bgtask(["submit", "--id", "night", "--ignore-idle", "--between", "\(from)-\(to)", "--", "true"]).0 == 0)
+        let night = try #require(try d.pending().first { $0["id"] as? String == "night" })
+        #expect(night["window"] as? String == "\(from)-\(to)")
+        #expect((night["reason"] as? String)?.contains("outside its window \(from)-\(to); it opens in 23h") == true, "\(night)")
+        let (_, long, _) = try d.bgtask(["pending", "--long"])
+        #expect(long.contains("night: outside its window") && long.contains("(between \(from)-\(to))"), "\(long)")
+
+        for bad in [["--on-calendar", "Fri 13"], ["--on-calendar", "daily", "--every", "1d"], ["--on-calendar", "2020-01-01"],
+                    ["--between", "01:00-01:00"]] {
+            let (s, _, e) = try d.bgtask(["submit", "--id", "c"] + bad + ["--", "true"])
+            #expect(s == 2, "\(bad): \(e)")
+        }
+    }
+}
