@@ -3,6 +3,7 @@ PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
+DOCDIR     ?= $(DATADIR)/doc/bgtask
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 # systemd --user reads units from $(PREFIX)/lib/systemd/user for /usr and /usr/local, and from
 # ~/.local/share/systemd/user for a prefix in the home directory.
@@ -39,23 +40,15 @@ check:
 check-vm: deb
 	scripts/check-vm.sh
 
-# Man pages from the argument-parser definitions by the argument parser's own generator (the tool behind its
-# generate-manual plugin; run directly on the built binaries, because the plugin would build the whole package
-# again, without the static runtime), one page per subcommand named git-style (bgtask-policy-check.1, by
-# scripts/man-pages.sh);
+# Man pages, one per command (bgtask-policy-check.1, git-style): NAME, SYNOPSIS and OPTIONS from the built
+# binaries' own description of their arguments, the prose from docs/man/pages.md (scripts/man-pages.py);
 # bgtask-policy.5 from docs/policy.md. The pages' date is SOURCE_DATE_EPOCH's when set (reproducible .debs).
-MANTOOL  := .build/tools/debug/generate-manual
 MANDATE  := $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%d)
 
-$(MANTOOL): all
-	$(SWIFT) build --package-path .build/checkouts/swift-argument-parser --scratch-path .build/tools --product generate-manual
-
-man: all $(MANTOOL)
-	rm -rf $(GEN)/man && mkdir -p $(GEN)/man/raw
-	for p in $(PRODUCTS); do $(MANTOOL) $(BUILD)/$$p --multi-page --date $(MANDATE) --output-directory $(GEN)/man/raw || exit 1; done
-	scripts/man-pages.sh $(GEN)/man/raw $(GEN)/man
-	rm -rf $(GEN)/man/raw
-	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 > $(GEN)/man/bgtask-policy.5
+man: all
+	rm -rf $(GEN)/man && mkdir -p $(GEN)/man
+	python3 scripts/man-pages.py $(GEN)/man $(MANDATE) "$$($(BUILD)/bgtask --version)" $(addprefix $(BUILD)/,$(PRODUCTS))
+	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 $(DOCDIR) > $(GEN)/man/bgtask-policy.5
 
 completions: all
 	mkdir -p $(GEN)/completions
@@ -71,6 +64,8 @@ install: all man completions
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
 	install -m 0644 $(GEN)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
 	install -m 0644 $(GEN)/man/bgtask-policy.5 $(DESTDIR)$(MANDIR)/man5/
+	install -d $(DESTDIR)$(DOCDIR)
+	install -m 0644 docs/policy.md docs/probes.md docs/porting.md docs/protocol.md docs/architecture.md $(DESTDIR)$(DOCDIR)/
 	install -D -m 0644 $(GEN)/completions/bgtask.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask
 	install -D -m 0644 $(GEN)/completions/_bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask
 	install -D -m 0644 $(GEN)/completions/bgtask.fish $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
@@ -87,6 +82,7 @@ uninstall:
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
 	rm -f $(DESTDIR)$(USERUNITDIR)/bgtaskd.service $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service $(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.bgtask.Scheduler1.xml
 	rm -f $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
+	rm -rf $(DESTDIR)$(DOCDIR)
 
 # A Debian package with Debian's own tooling (debian/, debhelper), into dist/.
 deb:

@@ -26,10 +26,40 @@ grep -q "^ExecStart=$home/.local/bin/bgtaskd\$" "$home/.local/share/systemd/user
 [[ -f "$home/.local/share/dbus-1/services/io.github.bgtask.Scheduler1.service" ]] || fail "home prefix: the activation file"
 "$home/.local/bin/bgtask" policy check >/dev/null || fail "home prefix: the installed bgtask"
 file "$root/usr/bin/bgtask" 2>/dev/null | grep -q "not stripped" && fail "bgtask is not stripped"
+# Every page renders without a warning from groff (man --warnings), and has the sections every page has.
+pages=0
 for page in "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5; do
-  out=$(MANWIDTH=80 man -l "$page" 2>&1 >/dev/null) || fail "man -l $page"
-  [[ -z "$out" ]] || fail "man -l $page: $out"
+  out=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null) || fail "man -l $page"
+  [[ -z "$out" ]] || fail "man --warnings -l $page: $out"
+  if [[ $page == *.1 ]]; then
+    for s in NAME SYNOPSIS DESCRIPTION OPTIONS '"EXIT STATUS"' ENVIRONMENT FILES EXAMPLES '"SEE ALSO"'; do
+      grep -q "^\.SH $s\$" "$page" || fail "$(basename "$page"): no $s section"
+    done
+  fi
+  pages=$((pages + 1))
 done
+# Every SEE ALSO resolves: our own pages among the installed ones (each bgtask command has its page), others
+# (systemd.time(7) …) with man -w where the system's pages are installed.
+own=$(cd "$root/usr/share/man" && ls man1 man5 | grep -E '\.[15]$' | sed -E 's/\.([15])$/(\1)/')
+commands=$("$root/usr/bin/bgtask" --experimental-dump-help | python3 -c 'import json, sys
+def walk(c, p):
+    for x in c.get("subcommands", []):
+        if x["commandName"] != "help": print(p + x["commandName"]); walk(x, p + x["commandName"] + "-")
+walk(json.load(sys.stdin)["command"], "bgtask-")')
+for cmd in $commands; do grep -qx "$cmd(1)" <<<"$own" || fail "no man page for $cmd"; done
+unresolved=()
+for page in "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5; do
+  refs=$(sed -n '/^\.SH "SEE ALSO"/,/^\.SH/p' "$page" | grep -oE '\\fB[^\\]+(\\-[^\\]+)*\\fR\([0-9]\)' | sed -E 's/\\fB//; s/\\fR//; s/\\-/-/g' || true)
+  [[ -n "$refs" ]] || fail "$(basename "$page"): an empty SEE ALSO"
+  for ref in $refs; do
+    grep -qx "$ref" <<<"$own" && continue
+    [[ $ref == bgtask* ]] && fail "$(basename "$page"): SEE ALSO $ref is not installed"
+    name=${ref%(*} sect=${ref#*(}; sect=${sect%)}
+    if man -w systemd >/dev/null 2>&1; then man -w "$sect" "$name" >/dev/null 2>&1 || fail "$(basename "$page"): SEE ALSO $ref does not resolve"
+    else unresolved+=("$ref"); fi
+  done
+done
+(( ${#unresolved[@]} == 0 )) || echo "check-install: the system's man pages are not installed; not checked: $(printf '%s\n' "${unresolved[@]}" | sort -u | tr '\n' ' ')"
 bash -c "source '$root/usr/share/bash-completion/completions/bgtask' && complete -p bgtask >/dev/null" || fail "bash completion"
 if command -v zsh >/dev/null; then
   zsh -f -c "autoload -U compinit && compinit -u && source '$root/usr/share/zsh/site-functions/_bgtask'" || fail "zsh completion"
@@ -45,4 +75,4 @@ size=$(du -m "$root/usr/bin/bgtask" | cut -f1)
 # Issue 11's goal; over it means the empty ICU package (Sources/CICUNoData) no longer replaces Foundation's data,
 # e.g. a toolchain with another ICU version (then set BGTASK_ICU_VERSION in Package.swift's cSettings).
 (( size <= 40 )) || fail "the installed bgtask is ${size} MB, over 40 MB"
-echo "check-install: ok (bgtask ${size} MB stripped; man pages render; completions load)"
+echo "check-install: ok (bgtask ${size} MB stripped; $pages man pages render and link; completions load)"

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""docs/policy.md (written in man-page sections) → roff: `md2man.py FILE NAME SECTION`. Headings, paragraphs,
+"""docs/policy.md (written in man-page sections) → roff: `md2man.py FILE NAME SECTION [DOCDIR]`, where the
+installed copies of docs/*.md are (a page names them there, not in the source tree). Headings, paragraphs,
 lists, fenced code and pipe tables; inline `code` becomes bold. Enough for our own documents, not a general tool."""
 import re, subprocess, sys
 
 path, name, section = sys.argv[1], sys.argv[2], sys.argv[3]
+docdir = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/doc/bgtask"
 date = subprocess.run(["date", "+%Y-%m-%d"], capture_output=True, text=True).stdout.strip()
 
 def inline(s):
+    s = re.sub(r"\bdocs/(\w+\.md)\b", docdir + r"/\1", s)
     s = s.replace("\\", "\\e")
     s = re.sub(r"`([^`]*)`", r"\\fB\1\\fR", s)
     s = re.sub(r"\*\*([^*]+)\*\*", r"\\fB\1\\fR", s)
     s = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", s)
+    # A page reference, bgtask-policy-check(1): the name bold, as man pages write them.
+    s = re.sub(r"(?<![\w\\-])([a-z][\w.-]*)\((\d)\)", lambda m: "\\fB" + m.group(1).replace("-", "\\-") + "\\fR(" + m.group(2) + ")", s)
     return "\\&" + s if s.startswith((".", "'")) else s
 
 out = [f'.TH "{name.upper()}" {section} "{date}" "bgtask" "File Formats"', ".ad l"]
@@ -20,7 +25,18 @@ def flush_table():
     global table
     if not table:
         return
-    rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in table if not re.match(r"^\|[-| :]+\|$", r.strip())]
+    # Cells split at `|` outside code spans: `a || b` in a cell is one cell.
+    def cells(r):
+        out, cur, code = [], "", False
+        for ch in r.strip().strip("|"):
+            if ch == "`":
+                code = not code
+            if ch == "|" and not code:
+                out.append(cur.strip()); cur = ""
+            else:
+                cur += ch
+        return out + [cur.strip()]
+    rows = [cells(r) for r in table if not re.match(r"^\|[-| :]+\|$", r.strip())]
     if rows:
         n = max(len(r) for r in rows)
         out.extend([".TS", "allbox;", " ".join(["lx"] * n) + "."])
@@ -44,9 +60,10 @@ for line in open(path, encoding="utf-8").read().split("\n"):
         continue
     flush_table()
     if line.startswith("# "):
-        out += [".SH NAME", re.sub(r"^(\S+)\(\d\) — ", r"\1 \\- ", inline(line[2:].strip()))]
+        m = re.match(r"^(\S+)\(\d\) — (.*)$", line[2:].strip())    # NAME as whatis(1) reads it: plain name \- text
+        out += [".SH NAME", m.group(1) + " \\- " + inline(m.group(2)) if m else inline(line[2:].strip())]
     elif line.startswith("## "):
-        out.append(".SH " + inline(line[3:].strip().upper()))
+        out.append(".SH \"" + inline(line[3:].strip().upper()) + "\"")
     elif line.startswith("### "):
         out.append(".SS " + inline(line[4:].strip()))
     elif re.match(r"^\s*[-*] ", line):

@@ -8,7 +8,7 @@ extension Bgtask {
     struct PolicyCommand: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "policy",
-            abstract: "Check, show, explain and simulate the rules in Policies/*.toml (docs/policy.md).",
+            abstract: "Check, show, explain and simulate the rules in the policy layers (bgtask-policy(5)).",
             discussion: """
             Layers, lowest first: the default policy built into bgtask (a file named default.toml in a \
             layer directory takes its place), the shipped policies (share/bgtask/policies), \
