@@ -52,9 +52,7 @@ man: all
 
 completions: all
 	mkdir -p $(GEN)/completions
-	$(BUILD)/bgtask --generate-completion-script bash | sed '1{/^#!/d}' > $(GEN)/completions/bgtask.bash   # sourced, not run
-	$(BUILD)/bgtask --generate-completion-script zsh > $(GEN)/completions/_bgtask
-	$(BUILD)/bgtask --generate-completion-script fish > $(GEN)/completions/bgtask.fish
+	python3 scripts/completions.py $(BUILD)/bgtask $(GEN)/completions
 
 install: all man completions
 	install -d $(DESTDIR)$(BINDIR)

@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(pkg-config libudev-dev libupower-glib-dev libglib2.0-dev libsqlite3-dev make binutils python3)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(umockdev libumockdev-dev gir1.2-umockdev-1.0 upower dbus libglib2.0-bin python3-dbusmock python3-gi
-         make binutils file man-db groff-base bash zsh fish systemd util-linux mount bubblewrap)
+         make binutils file man-db groff-base bash bash-completion tmux zsh fish systemd util-linux mount bubblewrap)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -16,7 +16,7 @@ extension Bgtask {
         @Flag(name: .long, help: "Print the result as JSON.")
         var json = false
 
-        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind)
+        @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.queued)
         var id: String?
 
         func validate() throws {

@@ -2,20 +2,47 @@ import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
 
-/// Shell completion of task ids: the tasks the audit trail knows (latest first) and what bgtaskd has
-/// pending, if it answers within half a second. Never prints errors: a completion must stay quiet.
+/// Shell completion of task ids: first what bgtaskd has queued or runs now (when it already runs: a completion
+/// must not start it by D-Bus activation, and waits at most half a second), then the tasks the audit trail
+/// knows, latest first. Never prints errors: a completion must stay quiet.
 enum TaskIDCompletion {
-    static let kind: CompletionKind = .custom { _, _, prefix in ids(prefix: prefix) }
+    enum Source { case pending, running, history }
 
-    static func ids(prefix: String) -> [String] {
+    /// Ids for commands that take any task (why, output).
+    static let kind: CompletionKind = .custom { _, _, prefix in ids(prefix: prefix, from: [.pending, .running, .history]) }
+    /// Ids in the queue: cancel.
+    static let queued: CompletionKind = .custom { _, _, prefix in ids(prefix: prefix, from: [.pending, .running]) }
+    static let pending: CompletionKind = .custom { _, _, prefix in ids(prefix: prefix, from: [.pending]) }
+    static let running: CompletionKind = .custom { _, _, prefix in ids(prefix: prefix, from: [.running]) }
+
+    static func ids(prefix: String, from sources: [Source]) -> [String] {
         var out: [String] = []
-        if let audit = try? State.audit(write: false), let latest = try? audit.latestPerTask(since: 0, limit: 200) {
-            out += latest.map(\.taskID)
-        }
-        if let bus = try? BusConnection(), let reply = try? bus.call("ListPending", [], timeoutMs: 500), case .dicts(let tasks)? = reply.first {
-            out += tasks.compactMap { $0["id"]?.string }
+        let live = sources.contains(.pending) || sources.contains(.running) ? daemon() : nil
+        for source in sources {
+            switch source {
+            case .pending: out += live.map { list($0, "ListPending") } ?? []
+            case .running: out += live.map { list($0, "ListRunning") } ?? []
+            case .history:
+                if let audit = try? State.audit(write: false), let latest = try? audit.latestPerTask(since: 0, limit: 200) {
+                    out += latest.map(\.taskID)
+                }
+            }
         }
         var seen = Set<String>()
         return out.filter { $0.hasPrefix(prefix) && seen.insert($0).inserted }
+    }
+
+    /// The bus, if bgtaskd owns its name on it now.
+    static func daemon() -> BusConnection? {
+        guard let bus = try? BusConnection(),
+              case .bool(true)? = try? bus.call("NameHasOwner", [.string(SchedulerBus.name)], destination: "org.freedesktop.DBus",
+                                                path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", timeoutMs: 500).first
+        else { return nil }
+        return bus
+    }
+
+    static func list(_ bus: BusConnection, _ method: String) -> [String] {
+        guard let reply = try? bus.call(method, [], timeoutMs: 500), case .dicts(let tasks)? = reply.first else { return [] }
+        return tasks.compactMap { $0["id"]?.string }
     }
 }

@@ -13,7 +13,7 @@ extension Bgtask {
 
         struct Launch: ParsableCommand {
             static let configuration = CommandConfiguration(commandName: "launch", abstract: "Start a pending task now (Apple's _simulateLaunchForTaskWithIdentifier).")
-            @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind) var id: String
+            @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.pending) var id: String
             func run() throws {
                 _ = try DaemonClient.call("DebugLaunch", [.string(id)])
                 out("\(id): launched")
@@ -22,7 +22,7 @@ extension Bgtask {
 
         struct Expire: ParsableCommand {
             static let configuration = CommandConfiguration(commandName: "expire", abstract: "Send a running task its expiration now (Apple's _simulateExpirationForTaskWithIdentifier).")
-            @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.kind) var id: String
+            @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.running) var id: String
             func run() throws {
                 _ = try DaemonClient.call("DebugExpire", [.string(id)])
                 out("\(id): expiring")

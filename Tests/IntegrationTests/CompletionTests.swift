@@ -1,0 +1,116 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// The completion scripts as a person meets them: bash in a real terminal (tmux), keys typed, the screen read.
+@Suite("shell completion: subcommands without a slash, ids from the live queue, the command after -- as a command")
+struct CompletionTests {
+    static let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized
+
+    /// The scripts `make install` ships, made from the built bgtask by the same script.
+    static func scripts() throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-completion-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let (s, _, e) = try Child.run("/usr/bin/python3", [repo.appendingPathComponent("scripts/completions.py").path, Child.bgtaskPath, dir.path], deadline: 60)
+        try #require(s == 0, "completions.py: \(e)")
+        return dir
+    }
+
+    /// A bash at a terminal of its own tmux server, with bgtask's completion loaded, in `directory`.
+    final class Terminal {
+        let socket = "bgtask-test-\(UUID().uuidString.prefix(8))"
+        init(directory: URL, completion: URL, environment: [String: String]) throws {
+            let rc = directory.appendingPathComponent(".bashrc-test")
+            var lines = ["PS1='ready$ '", "cd '\(directory.path)'"]
+            if FileManager.default.fileExists(atPath: "/usr/share/bash-completion/bash_completion") {
+                lines.append(". /usr/share/bash-completion/bash_completion")
+            }
+            lines.append(". '\(completion.appendingPathComponent("bgtask.bash").path)'")
+            try lines.joined(separator: "\n").write(to: rc, atomically: true, encoding: .utf8)
+            var env = environment
+            env["PATH"] = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().path + ":/usr/bin:/bin"
+            env["TERM"] = "xterm"
+            let (s, _, e) = try Child.run("/usr/bin/tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "40",
+                                                             "bash --noprofile --rcfile '\(rc.path)' -i"], environment: env, deadline: 20)
+            try #require(s == 0, "tmux: \(e)")
+        }
+        deinit { _ = try? Child.run("/usr/bin/tmux", ["-L", socket, "kill-server"], deadline: 10) }
+
+        func type(_ keys: String...) throws {
+            for k in keys { _ = try Child.run("/usr/bin/tmux", ["-L", socket, "send-keys", "-t", "0", k], deadline: 10) }
+        }
+
+        func screen() throws -> String { try Child.run("/usr/bin/tmux", ["-L", socket, "capture-pane", "-p", "-t", "0"], deadline: 10).1 }
+
+        /// The screen once `done` holds, or at the deadline (a terminal has no event to wait on: it is read again).
+        func screen(within seconds: Double, until done: (String) -> Bool) throws -> String {
+            let end = Date().addingTimeInterval(seconds)
+            var s = try screen()
+            while !done(s) && Date() < end {
+                usleep(50_000)
+                s = try screen()
+            }
+            return s
+        }
+
+        /// Clears the line being typed and the screen.
+        func reset() throws { try type("C-u", "C-l") }
+    }
+
+    @Test("bash: a subcommand that is also a directory here completes without a slash; a task id from bgtaskd's queue completes; the command after -- and its arguments complete as commands",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux"), "tmux is not installed"))
+    func bashInATerminal() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "nightly-backup", "--earliest", "2h", "--", "true"]).0 == 0)
+        let completion = try Self.scripts()
+        let here = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-here-\(UUID().uuidString)")
+        for sub in ["policy", "pending-stuff", "nightly-backup"] {
+            try FileManager.default.createDirectory(at: here.appendingPathComponent(sub), withIntermediateDirectories: true)
+        }
+        let t = try Terminal(directory: here, completion: completion, environment: d.env)
+        _ = try t.screen(within: 10) { $0.contains("ready$") }    // the prompt (tmux trims the space after it)
+
+        try t.type("bgtask pol", "Tab")
+        let policy = try t.screen(within: 10) { $0.contains("bgtask policy") }
+        #expect(policy.contains("ready$ bgtask policy") && !policy.contains("policy/"), "\(policy)")
+
+        try t.reset()
+        try t.type("bgtask cancel night", "Tab")
+        let cancel = try t.screen(within: 10) { $0.contains("nightly-backup") }
+        #expect(cancel.contains("ready$ bgtask cancel nightly-backup") && !cancel.contains("nightly-backup/"), "\(cancel)")
+
+        try t.reset()
+        try t.type("bgtask run --id x -- printen", "Tab")
+        let command = try t.screen(within: 10) { $0.contains("printenv") }
+        #expect(command.contains("-- printenv"), "\(command)")
+
+        try t.reset()
+        try t.type("bgtask submit --every 1d ech", "Tab")
+        let plain = try t.screen(within: 10) { $0.contains("echo") }
+        #expect(plain.contains("--every 1d echo"), "the command without --: \(plain)")
+
+        // An option's value is not taken for the command: `--id <Tab>` offers no commands.
+        try t.reset()
+        try t.type("bgtask run --kind ", "Tab", "Tab")
+        let kind = try t.screen(within: 10) { $0.contains("processing") }
+        #expect(kind.contains("processing") && kind.contains("regular"), "\(kind)")
+    }
+
+    @Test("fish: the command of run/submit completes as a command line, after -- or from its first word; options still complete",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/fish"), "fish is not installed"))
+    func fish() throws {
+        let completion = try Self.scripts()
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-fish-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        func complete(_ line: String) throws -> String {
+            let env = Child.environment(["HOME": home.path, "XDG_CONFIG_HOME": home.appendingPathComponent(".config").path])
+            return try Child.run("/usr/bin/fish", ["-c", "source '\(completion.appendingPathComponent("bgtask.fish").path)'; complete -C '\(line)'"],
+                                 environment: env, deadline: 30).1
+        }
+        #expect(try complete("bgtask run --id x -- printen").contains("printenv"))
+        #expect(try complete("bgtask submit --every 1d printen").contains("printenv"))
+        #expect(try complete("bgtask run --req").contains("--requires-external-power"))
+        #expect(try !complete("bgtask run --id printen").contains("printenv"), "an option's value is not the command")
+    }
+}
