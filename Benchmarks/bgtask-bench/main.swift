@@ -259,7 +259,7 @@ if want("5") {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-\(getpid())")
     try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
     // The shipped rule waits 30 s after the charger returns (hold_off); this measures the mechanism, not the hold.
-    try "[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n"
+    try "[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\nhold = \"0s\"\n"
         .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
     // After each testbed is made: umockdev keeps it in this process's environment.
     func env() -> [String: String] {
@@ -461,7 +461,7 @@ if want("9") {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-daemon-\(getpid())")
     try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
-    try "[daemon]\nmax_pending_per_app = 20000\n\n[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n"
+    try "[daemon]\nmax_pending_per_app = 20000\n\n[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\nhold = \"0s\"\n"
         .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
     let stamp = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-stamp").path
     let daemonPath = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtaskd").path
@@ -608,7 +608,7 @@ if want("11") {
     try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
     // The mechanism, not the holds: no hold on the charger rule, and away as soon as the hint says idle.
     try ("[idle]\nafter = \"1ms\"\n[[rule]]\nid = \"processing.needs-power\"\n"
-         + "when = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\n")
+         + "when = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\nhold = \"0s\"\n")
         .write(to: dir.appendingPathComponent("config/bgtask/policy.d/fast.toml"), atomically: true, encoding: .utf8)
     let bus = try PrivateBus()
     let logind = try Child("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", "logind"],

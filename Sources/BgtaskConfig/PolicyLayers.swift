@@ -60,14 +60,25 @@ public enum PolicyLayers {
             files += listTOML(dir)
         }
         let replaced = files.contains { $0.hasSuffix("/" + BuiltinPolicy.name) }
-        return (replaced ? [] : [.builtIn]) + (files + extra).map(PolicySource.file)
+        return (replaced ? [] : [.builtIn]) + (files + extra.map(absolute)).map(PolicySource.file)
+    }
+
+    /// `path` from the working directory, made absolute: a rule's file:line must mean the same to whoever reads
+    /// it (`bgtask why` in another directory than the daemon's).
+    public static func absolute(_ path: String) -> String {
+        guard !path.hasPrefix("/"), let cwd = getcwd(nil, 0) else { return path }
+        defer { free(cwd) }
+        var p = Substring(path)
+        while p.hasPrefix("./") { p = p.dropFirst(2) }
+        let base = String(cString: cwd)
+        return (base == "/" ? "" : base) + "/" + p
     }
 
     /// The directories whose files make up the layers (those of `extra` files too): what a reloading
     /// daemon watches. Missing ones are included; the caller watches what exists.
     public static func directories(extra: [String] = []) -> [String] {
         var dirs = [shippedDirectory, systemDirectory, userDirectory].compactMap { $0 }
-        for f in extra {
+        for f in extra.map(absolute) {
             let d = f.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
             dirs.append(d.isEmpty ? (f.hasPrefix("/") ? "/" : ".") : d)
         }
@@ -119,12 +130,13 @@ public enum PolicyLayers {
 
     static func isFile(_ p: String) -> Bool { var st = stat(); return stat(p, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG }
 
-    /// Paths under the working directory are shown relative to it (`Policies/default.toml:22`).
+    /// A file as rule locations name it, the same for whoever reads it wherever they are (bgtaskd's working
+    /// directory is not the reader's): absolute, with the home directory as `~`
+    /// (`~/.config/bgtask/policy.d/50-night.toml:2`).
     public static func display(_ path: String) -> String {
-        guard let raw = getcwd(nil, 0) else { return path }
-        defer { free(raw) }
-        let cwd = String(cString: raw)
-        return path.hasPrefix(cwd + "/") ? String(path.dropFirst(cwd.count + 1)) : path
+        let p = absolute(path)
+        if let home = try? Environment.home(), home.count > 1, p.hasPrefix(home + "/") { return "~" + p.dropFirst(home.count) }
+        return p
     }
 
     /// Reads and checks every layer. A layer that fails is left out (those below it stay in force) and its

@@ -30,6 +30,13 @@ public struct Policy: Sendable {
             for r in f.rules {
                 if let i = rules.firstIndex(where: { $0.id == r.id }) {
                     history[r.id, default: []].append("replaces \(rules[i].location)")
+                    var r = r
+                    if !r.setsHolds && (rules[i].holdOn > 0 || rules[i].holdOff > 0) {
+                        r.holdOn = rules[i].holdOn
+                        r.holdOff = rules[i].holdOff
+                        r.setsHolds = rules[i].setsHolds
+                        history[r.id, default: []].append("keeps its holds (hold_on \(formatDuration(r.holdOn)), hold_off \(formatDuration(r.holdOff)))")
+                    }
                     rules[i] = r
                 } else {
                     rules.append(r)

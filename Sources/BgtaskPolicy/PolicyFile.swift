@@ -308,7 +308,8 @@ public struct PolicyFile: Sendable {
         return .success(.rule(Rule(
             id: id, when: when, verdict: verdict, reason: t["reason"]?.string, cpuPercent: cpu, grace: grace,
             holdOn: holdOn, holdOff: holdOff, whenUnknown: whenUnknown, enabled: true, location: idLoc, whenLocation: whenLoc,
-            expr: expr, compiled: typed.eval, conjuncts: conjuncts, names: names, template: template)))
+            expr: expr, compiled: typed.eval, conjuncts: conjuncts, names: names, template: template,
+            setsHolds: t["hold"] != nil || t["hold_on"] != nil || t["hold_off"] != nil)))
     }
 
     /// `"waiting for power ({battery.state}, {battery.percent}%)"`: every `{name}` must be a known name.

@@ -77,6 +77,9 @@ public struct Rule: Sendable {
     var conjuncts: [(text: String, eval: Eval, names: [String])]
     public internal(set) var names: [String]
     var template: [TemplatePart]
+    /// Whether the file set `hold`, `hold_on` or `hold_off`: a rule that replaces another by id and sets none
+    /// keeps the holds of the one it replaces (a wobbly charger stays debounced when only the reason changes).
+    public var setsHolds = true
 }
 
 enum TemplatePart: Sendable {

@@ -54,7 +54,7 @@ extension Bgtask {
                 return
             }
             do { try AppManifests.setEnabled(app, on) } catch {
-                fputs(Terminal.safe("bgtask: \(error)") + "\n", stderr)
+                err("\(error)")
                 throw ExitCode(ExitStatus.cantCreate)
             }
             out("\(app): background work \(on ? "on" : "off") (bgtaskd is not running; it reads this when it starts)")

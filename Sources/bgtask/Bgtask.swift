@@ -38,6 +38,8 @@ struct Bgtask: ParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         do {
             var args = Array(CommandLine.arguments.dropFirst())
+            // `--json` among bgtask's own options (not the command's, after `--`): errors as JSON too.
+            Messages.json = args.prefix(while: { $0 != "--" }).contains("--json")
             // `run … -- COMMAND ARGS…`: the command is handed over whole, not parsed argument by argument.
             if args.first == "run" || args.first == "submit", let dd = args.firstIndex(of: "--"), dd + 1 < args.count {
                 Run.fullCommand = Array(args[(dd + 1)...])
@@ -48,19 +50,22 @@ struct Bgtask: ParsableCommand {
                 return
             }
             if let unknown = Suggestions.unknownSubcommand(args, of: Bgtask.self) {
-                fputs(Terminal.safe(unknown) + "\n", stderr)
+                err(unknown.hasPrefix("bgtask: ") ? String(unknown.dropFirst(8)) : unknown, status: ExitStatus.usage)
                 Glibc.exit(ExitStatus.usage)
             }
             var command = try direct(args) ?? parseAsRoot(args)
             try command.run()
         } catch {
-            // Usage errors exit 2, as Unix tools do (ArgumentParser's own default is EX_USAGE, 64).
+            // Usage errors exit 2, as Unix tools do (ArgumentParser's own default is EX_USAGE, 64). Messages in
+            // bgtask's one style (`bgtask: …`, not ArgumentParser's `Error: …`); help and --version as they are.
             let code = exitCode(for: error)
-            if code == .validationFailure {
-                fputs(Terminal.safe(fullMessage(for: error), keepNewlines: true) + "\n", stderr)
-                Glibc.exit(ExitStatus.usage)
-            }
-            exit(withError: error)
+            if code == .success { exit(withError: error) }
+            var message = fullMessage(for: error)
+            if message.hasPrefix("Error: ") { message = String(message.dropFirst(7)) }
+            let status = code == .validationFailure ? ExitStatus.usage : code.rawValue
+            if Messages.json, let first = message.split(separator: "\n").first { message = String(first) }   // no help text in JSON
+            if !message.isEmpty { err(message, status: status) }
+            Glibc.exit(status)
         }
     }
 }

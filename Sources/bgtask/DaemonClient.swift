@@ -33,7 +33,7 @@ enum DaemonClient {
     }
 
     static func fail(_ message: String, _ status: Int32) -> Never {
-        fputs(Terminal.safe("bgtask: \(message)") + "\n", stderr)
+        err(message, status: status)
         exit(status)
     }
 

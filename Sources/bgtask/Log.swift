@@ -37,7 +37,7 @@ extension Bgtask {
         func run() throws {
             let dir: String
             do { dir = try StatePaths.preparedStateDirectory() } catch {
-                fputs(Terminal.safe("bgtask: state directory: \(error)") + "\n", stderr)
+                err("state directory: \(error)")
                 throw ExitCode(ExitStatus.cantCreate)
             }
             State.recover(probe: ProbeOptions(root: SysfsRoot.fromEnvironment()), audit: nil, quiet: false)
@@ -48,7 +48,7 @@ extension Bgtask {
             if following {
                 fd = inotify_init1(Int32(IN_CLOEXEC))
                 guard fd >= 0, inotify_add_watch(fd, dir, UInt32(IN_CLOSE_WRITE)) >= 0 else {
-                    fputs(Terminal.safe("bgtask: cannot follow \(dir): inotify: \(String(cString: strerror(errno)))") + "\n", stderr)
+                    err("cannot follow \(dir): inotify: \(String(cString: strerror(errno)))")
                     if fd >= 0 { close(fd) }
                     throw ExitCode(ExitStatus.failure)
                 }
@@ -66,7 +66,7 @@ extension Bgtask {
                 // gets a private WAL index and never sees later commits.
                 if audit == nil, access(dir + "/" + StatePaths.auditFile, F_OK) == 0 {
                     do { audit = try AuditLog(path: dir + "/" + StatePaths.auditFile) } catch {
-                        fputs(Terminal.safe("bgtask: audit trail \(error)") + "\n", stderr)
+                        err("audit trail \(error)")
                         throw ExitCode(ExitStatus.failure)
                     }
                 }

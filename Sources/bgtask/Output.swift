@@ -20,20 +20,20 @@ extension Bgtask {
         func run() throws {
             let dir: String
             do { dir = try StatePaths.stateDirectory(); try SecureDirectory.verify(dir) } catch {
-                fputs(Terminal.safe("bgtask: state directory \(error)") + "\n", stderr)
+                err("state directory \(error)")
                 throw ExitCode(ExitStatus.failure)
             }
             let path = StatePaths.outputFile(stateDirectory: dir, id: id) + (previous ? ".1" : "")
             if let unit = OutputFile.unit(of: path) { journal(unit) }
             let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
             guard fd >= 0 else {
-                fputs(Terminal.safe("bgtask: no output kept for \(id) (\(path): \(String(cString: strerror(errno))))") + "\n", stderr)
+                err("no output kept for \(id) (\(path): \(String(cString: strerror(errno))))")
                 throw ExitCode(ExitStatus.failure)
             }
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-                fputs(Terminal.safe("bgtask: \(path) is not a regular file") + "\n", stderr)
+                err("\(path) is not a regular file")
                 throw ExitCode(ExitStatus.failure)
             }
             // The last 1 MiB, as the help says (a run still writing may have more until it is cut back).
@@ -49,12 +49,12 @@ extension Bgtask {
 
         /// The run was a transient unit: its output is the journal's, read by journalctl (which replaces this process).
         func journal(_ unit: String) -> Never {
-            fputs(Terminal.safe("bgtask: \(id) ran as the systemd unit \(unit); its output is in the journal (journalctl --user -u \(unit))") + "\n", stderr)
+            err("\(id) ran as the systemd unit \(unit); its output is in the journal (journalctl --user -u \(unit))")
             fflush(stderr)
             let argv = ["journalctl", "--user", "-u", unit, "-o", "cat", "--no-pager"]
             let c = argv.map { strdup($0) } + [nil]
             execvp("journalctl", c)
-            fputs(Terminal.safe("bgtask: cannot run journalctl: \(String(cString: strerror(errno)))") + "\n", stderr)
+            err("cannot run journalctl: \(String(cString: strerror(errno)))")
             Glibc.exit(ExitStatus.failure)
         }
     }

@@ -60,10 +60,10 @@ extension Bgtask {
                 audit = try State.audit(write: true)!
                 active = try ActiveTasks(runtimeDirectory: StatePaths.preparedRuntimeDirectory())
             } catch let e as State.Failure {
-                fputs(Terminal.safe("bgtask: cannot write the audit trail: \(e.message)") + "\n", stderr)
+                err("cannot write the audit trail: \(e.message)")
                 throw ExitCode(e.status)
             } catch let e as PathError {
-                fputs(Terminal.safe("bgtask: runtime directory: \(e)") + "\n", stderr)
+                err("runtime directory: \(e)")
                 throw ExitCode(ExitStatus.cantCreate)
             }
             audit.runID = "\(task.id)-\(getpid())-\(Int(wallClock()))"

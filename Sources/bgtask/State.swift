@@ -2,6 +2,7 @@ import BgtaskCore
 import ArgumentParser
 import BgtaskAudit
 import BgtaskConfig
+import BgtaskJSON
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskRun
@@ -73,5 +74,20 @@ final class LazyObserver: RunObserver {
 /// Human output: a line with any control characters from outside (sysfs names, reasons) escaped.
 func out(_ s: String) { print(Terminal.safe(s, keepNewlines: true)) }
 
-/// A message on stderr, in bgtask's one style: `bgtask: what happened`.
-func err(_ s: String) { fputs(Terminal.safe("bgtask: " + s, keepNewlines: true) + "\n", stderr) }
+/// How messages on stderr are written. Set once, by `main`, before any command runs (so the unchecked
+/// global is never written concurrently): `--json` on the command line makes each message a JSON object.
+enum Messages {
+    nonisolated(unsafe) static var json = false
+}
+
+/// A message on stderr, in bgtask's one style: `bgtask: what happened`; with `--json`,
+/// `{"error": "what happened", "exit_status": N}`, so a script reading JSON reads its errors too.
+func err(_ s: String, status: Int32? = nil) {
+    if Messages.json {
+        var fields: [(String, JSONValue)] = [("error", .string(s))]
+        if let status { fields.append(("exit_status", .number(Double(status)))) }
+        fputs(JSONValue.object(fields).rendered + "\n", stderr)
+    } else {
+        fputs(Terminal.safe("bgtask: " + s, keepNewlines: true) + "\n", stderr)
+    }
+}

@@ -44,12 +44,12 @@ extension Bgtask {
                 }
                 audit = a
             } catch let e as State.Failure {
-                fputs(Terminal.safe("bgtask: " + e.message) + "\n", stderr)
+                err(e.message)
                 throw ExitCode(e.status)
             }
             let from = wallClock() - since.seconds
             do { try tell(audit, from: from) } catch let e as ExitCode { throw e } catch {
-                fputs(Terminal.safe("bgtask: audit trail \(audit.path): \(error)") + "\n", stderr)
+                err("audit trail \(audit.path): \(error)")
                 throw ExitCode(ExitStatus.failure)
             }
         }

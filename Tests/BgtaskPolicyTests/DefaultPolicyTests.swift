@@ -476,3 +476,24 @@ struct PolicyChangesTests {
         #expect(said.contains("idle.after: 5m → 2m"), "\(said)")
     }
 }
+
+@Suite("overriding a rule by id: the merge")
+struct OverrideMergeTests {
+    static let base = "[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\nhold_off = \"30s\"\n"
+
+    @Test("an override that sets no hold keeps the replaced rule's holds and says so; one that sets a hold sets both")
+    func holdsKeptUnlessSet() throws {
+        let reworded = "[[rule]]\nid = \"processing.needs-power\"\nwhen = 'task.requires_external_power && power.external != true'\nverdict = \"defer\"\nreason = \"plug me in\"\n"
+        let kept = Policy.merge([try file(Self.base, path: "default.toml"), try file(reworded, path: "50-mine.toml")])
+        let rule = try #require(kept.rules.first { $0.id == "processing.needs-power" })
+        #expect(rule.reason == "plug me in")
+        #expect(rule.holdOff == 30 && rule.holdOn == 0)
+        #expect(kept.history["processing.needs-power"]?.contains { $0.contains("keeps its holds") && $0.contains("hold_off 30s") } == true)
+
+        let cleared = Policy.merge([try file(Self.base, path: "default.toml"), try file(reworded + "hold = \"0s\"\n", path: "50-mine.toml")])
+        #expect(cleared.rules.first { $0.id == "processing.needs-power" }?.holdOff == 0)
+        let onOnly = Policy.merge([try file(Self.base, path: "default.toml"), try file(reworded + "hold_on = \"5s\"\n", path: "50-mine.toml")])
+        let r = try #require(onOnly.rules.first { $0.id == "processing.needs-power" })
+        #expect(r.holdOn == 5 && r.holdOff == 0)
+    }
+}

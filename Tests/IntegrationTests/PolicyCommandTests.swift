@@ -458,3 +458,25 @@ extension PolicyCommandTests {
         }
     }
 }
+
+extension PolicyCommandTests {
+    @Test("messages: one style on stderr (bgtask: …, never ArgumentParser's Error:), JSON with --json, and rule files named absolutely or from ~ whatever the reader's directory")
+    func oneMessageStyle() throws {
+        let p = try PolicyEnv()
+        let (s1, o1, e1) = try p.run(["run", "--between", "25:00-01:00", "--", "true"])
+        #expect(s1 == 2 && o1.isEmpty && e1.hasPrefix("bgtask: ") && !e1.contains("Error:"), "\(e1)")
+        let (s2, o2, e2) = try p.run(["status", "--json", "--bogus"])
+        #expect(s2 == 2 && o2.isEmpty, "\(o2)")
+        let err = try #require(try JSONSerialization.jsonObject(with: Data(e2.utf8)) as? [String: Any], "\(e2)")
+        #expect((err["error"] as? String)?.contains("--bogus") == true && err["exit_status"] as? Int == 2, "\(err)")
+        let (s3, _, e3) = try p.run(["pending", "--json"])    // the recorded machine's env has no session bus
+        #expect(s3 == 69 && (try? JSONSerialization.jsonObject(with: Data(e3.utf8))) != nil, "\(e3)")
+
+        // A --policy file given relative to the working directory is named absolutely.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-rel-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try "[[rule]]\nid = \"here\"\nwhen = 'task.id == \"t\"'\nverdict = \"defer\"\n".write(to: dir.appendingPathComponent("rel.toml"), atomically: true, encoding: .utf8)
+        let (_, out, e4) = try Child.run("/bin/sh", ["-c", "cd '\(dir.path)' && exec '\(Child.bgtaskPath)' policy explain --policy ./rel.toml --id t"], environment: p.env, deadline: 30)
+        #expect(out.contains("(\(dir.path)/rel.toml:2)") || out.contains("rel.toml:2)") && !out.contains("(rel.toml:2)"), "\(out) \(e4)")
+    }
+}

@@ -25,6 +25,7 @@ id = "processing.needs-power"
 when = 'task.requires_external_power && power.external != true'
 verdict = "defer"
 reason = "waiting for external power ({power.reason})"
+hold = "0s"     # an override without holds would keep the default's hold_off (bgtask-policy(5))
 """
 
 let busyLoop = """
