@@ -289,6 +289,10 @@ extension Daemon {
                 if v.total > 0 { d["progress_completed"] = .uint64(v.completed); d["progress_total"] = .uint64(v.total) }
             }
             if let m = s.taskProcess?.mechanism { d["mechanism"] = .string(m.rawValue) }
+            // What holds it back while it runs (a throttle, a pause): the deciding rule and its file:line.
+            if let dec = s.machine.lastDecision, dec.verdict != .run, let m = dec.matches.first {
+                d["reason"] = .string("\(m.reason) — rule \(m.ruleID) (\(m.location))")
+            }
             if let u = s.taskProcess?.unit { d["unit"] = .string(u.unitName) }
             return d
         }

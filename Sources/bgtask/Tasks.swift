@@ -4,6 +4,7 @@ import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
 import BgtaskPolicy
+@preconcurrency import CLinux
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -12,7 +13,11 @@ extension Bgtask {
     struct Tasks: ParsableCommand {
         static let configuration = CommandConfiguration(commandName: "tasks",
             abstract: "What bgtaskd runs now: state, CPU share, runtime, budget left, and progress bars for continued tasks.",
-            discussion: "On a terminal the list stays up and is redrawn as tasks change (Ctrl-C ends it); --once or a pipe prints it once.")
+            discussion: """
+            On a terminal the list stays up on the alternate screen, as top's does, and is redrawn as tasks change; \
+            Ctrl-C (or q and Enter… any end: SIGINT, SIGTERM, SIGHUP, bgtaskd going away) puts the screen back as it \
+            was. --once or a pipe prints it once. WHY is the rule that throttles or pauses a task, with its file:line.
+            """)
 
         @Flag(name: .long, help: "Print the list as JSON, once.")
         var json = false
@@ -21,18 +26,43 @@ extension Bgtask {
         var once = false
 
         func run() throws {
+            // The signals that end the live view are blocked before any bus connection exists: GDBus's thread
+            // inherits the mask, so none of them can kill the process behind the alternate screen's back.
+            let live = !json && !once && isatty(1) == 1
+            var mask = sigset_t()
+            sigemptyset(&mask)
+            for s in [SIGINT, SIGTERM, SIGHUP, SIGWINCH] { sigaddset(&mask, s) }
+            if live { sigprocmask(SIG_BLOCK, &mask, nil) }
             guard case .dicts(let tasks)? = try DaemonClient.call("ListRunning").first else { return }
             if json { print(DaemonClient.json(.dicts(tasks)).rendered); return }
-            guard !once, isatty(1) == 1, let bus = try? BusConnection() else {
+            guard live, let bus = try? BusConnection() else {
                 for l in Tasks.lines(tasks) { out(l) }
                 return
             }
-            // Live: redrawn when the daemon says a task changed or progressed, and each second for the clocks.
+            // Live: redrawn when the daemon says a task changed or progressed, and each second for the clocks; on
+            // the alternate screen (restored however it ends), with the signals that end it read from a signalfd so
+            // the restore runs on the loop, not in a signal handler.
             let loop = MainLoop()
+            let sfd = signalfd(-1, &mask, Int32(SFD_CLOEXEC | SFD_NONBLOCK))
+            var gone = false
             func draw() {
-                guard let reply = try? bus.call("ListRunning", []), case .dicts(let now)? = reply.first else { loop.quit(); return }
-                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.lines(now).joined(separator: "\n"), keepNewlines: true))
+                guard let reply = try? bus.call("ListRunning", []), case .dicts(let now)? = reply.first else { gone = true; loop.quit(); return }
+                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.table(now, width: Tasks.columns()).joined(separator: "\n"), keepNewlines: true), terminator: "")
                 fflush(stdout)
+            }
+            if sfd >= 0 {
+                loop.watch(fd: sfd) {
+                    var info = signalfd_siginfo()
+                    while read(sfd, &info, MemoryLayout<signalfd_siginfo>.size) == MemoryLayout<signalfd_siginfo>.size {
+                        if Int32(info.ssi_signo) == SIGWINCH { draw() } else { loop.quit() }
+                    }
+                }
+            }
+            print("\u{1B}[?1049h\u{1B}[?25l", terminator: "")    // the alternate screen; the cursor hidden
+            defer {
+                print("\u{1B}[?25h\u{1B}[?1049l", terminator: "")
+                fflush(stdout)
+                if gone { err("bgtaskd went away") }
             }
             for member in ["TaskChanged", "TaskProgress"] {
                 bus.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: member, path: SchedulerBus.path) { _, _ in draw() }
@@ -41,6 +71,41 @@ extension Bgtask {
             draw()
             tick()
             loop.run()
+        }
+
+        /// The terminal's width (80 when it cannot be told).
+        static func columns() -> Int {
+            var ws = winsize()
+            return ioctl(1, UInt(TIOCGWINSZ), &ws) == 0 && ws.ws_col > 20 ? Int(ws.ws_col) : 80
+        }
+
+        /// The live view: one row a task, as `top` lays it out, WHY cut to the terminal's width.
+        static func table(_ tasks: [[String: BusValue]], width: Int) -> [String] {
+            let header = "bgtask tasks — \(clockText(wallClockNow())) — \(tasks.count) running (Ctrl-C ends)"
+            if tasks.isEmpty { return [header, "", "nothing running"] }
+            var rows = [["ID", "STATE", "CPU", "RUNTIME", "BUDGET", "WHY"]]
+            var bars: [Int: String] = [:]
+            for t in tasks {
+                var state = t["state"]?.string ?? ""
+                if case .uint32(let cap)? = t["cpu_cap"] { state += " \(cap)%" }
+                rows.append([t["id"]?.string ?? "?", state,
+                             t["cpu_share"]?.number.map { "\(Int($0.rounded()))%" } ?? "-",
+                             t["runtime"]?.number.map { formatDuration($0.rounded()) } ?? "-",
+                             t["budget_left"]?.number.map { formatDuration($0.rounded()) + " left" } ?? "-",
+                             t["reason"]?.string ?? (t["title"]?.string ?? "")])
+                if let done = t["progress_completed"]?.number, let total = t["progress_total"]?.number, total > 0 {
+                    bars[rows.count - 1] = "    " + bar(done / total)
+                }
+            }
+            let widths = (0..<5).map { c in rows.map { $0[c].count }.max() ?? 0 }
+            var out = [header, ""]
+            for (i, r) in rows.enumerated() {
+                var line = (0..<5).map { r[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "  " + r[5]
+                if line.count > width { line = String(line.prefix(width - 1)) + "…" }
+                out.append(line)
+                if let b = bars[i] { out.append(b) }
+            }
+            return out
         }
 
         static func lines(_ tasks: [[String: BusValue]]) -> [String] {
@@ -53,6 +118,7 @@ extension Bgtask {
                 if let c = t["cpu_share"]?.number { line += ", \(Int(c.rounded()))% of a CPU" }
                 if let r = t["runtime"]?.number { line += ", running \(formatDuration(r.rounded()))" }
                 if let b = t["budget_left"]?.number { line += ", \(formatDuration(b.rounded())) of budget left" }
+                if let r = t["reason"]?.string { line += "; \(r)" }
                 if let done = t["progress_completed"]?.number, let total = t["progress_total"]?.number, total > 0 {
                     line += "\n    " + bar(done / total)
                 }

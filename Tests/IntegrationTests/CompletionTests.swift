@@ -19,7 +19,7 @@ struct CompletionTests {
     /// A bash at a terminal of its own tmux server, with bgtask's completion loaded, in `directory`.
     final class Terminal {
         let socket = "bgtask-test-\(UUID().uuidString.prefix(8))"
-        init(directory: URL, completion: URL, environment: [String: String]) throws {
+        init(directory: URL, completion: URL, environment: [String: String], width: Int = 160) throws {
             let rc = directory.appendingPathComponent(".bashrc-test")
             var lines = ["PS1='ready$ '", "cd '\(directory.path)'"]
             if FileManager.default.fileExists(atPath: "/usr/share/bash-completion/bash_completion") {
@@ -30,7 +30,7 @@ struct CompletionTests {
             var env = environment
             env["PATH"] = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().path + ":/usr/bin:/bin"
             env["TERM"] = "xterm"
-            let (s, _, e) = try Child.run("/usr/bin/tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "40",
+            let (s, _, e) = try Child.run("/usr/bin/tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", String(width), "-y", "40",
                                                              "bash --noprofile --rcfile '\(rc.path)' -i"], environment: env, deadline: 20)
             try #require(s == 0, "tmux: \(e)")
         }
@@ -112,5 +112,31 @@ struct CompletionTests {
         #expect(try complete("bgtask submit --every 1d printen").contains("printenv"))
         #expect(try complete("bgtask run --req").contains("--requires-external-power"))
         #expect(try !complete("bgtask run --id printen").contains("printenv"), "an option's value is not the command")
+    }
+}
+
+@Suite("bgtask tasks on a terminal: a live view on the alternate screen")
+struct LiveViewTests {
+    @Test("the live view draws a table with the rule that throttles a task and its file:line, and Ctrl-C puts back the screen as it was",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux"), "tmux is not installed"))
+    func alternateScreen() throws {
+        let p = try PolicyEnv()
+        try p.userPolicy("50-slow.toml", "[[rule]]\nid = \"crunch.slow\"\nwhen = 'task.id == \"crunch\"'\nverdict = \"throttle\"\ncpu_percent = 20\nreason = \"kept slow\"\n")
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "crunch", "--ignore-idle", "--", "sleep", "60"]).0 == 0)
+        _ = try #require(d.said("crunch: started"), "\(d.daemon?.stderr ?? "")")
+        let here = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-live-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: here, withIntermediateDirectories: true)
+        let t = try CompletionTests.Terminal(directory: here, completion: try CompletionTests.scripts(), environment: d.env, width: 300)
+        _ = try t.screen(within: 10) { $0.contains("ready$") }
+        try t.type("echo MARKER-BEFORE; bgtask tasks", "Enter")
+        let live = try t.screen(within: 10) { $0.contains("crunch") && $0.contains("WHY") }
+        #expect(live.contains("ID") && live.contains("STATE") && live.contains("WHY"), "\(live)")
+        #expect(live.contains("kept slow — rule crunch.slow (") && live.contains("50-slow.toml:2)"), "\(live)")
+        #expect(!live.contains("MARKER-BEFORE"), "the live view is on a screen of its own: \(live)")
+        try t.type("C-c")
+        let after = try t.screen(within: 10) { $0.contains("MARKER-BEFORE") && !$0.contains("WHY") }
+        #expect(after.contains("MARKER-BEFORE") && !after.contains("WHY"), "the screen as it was: \(after)")
+        _ = try d.bgtask(["cancel", "crunch"])
     }
 }
