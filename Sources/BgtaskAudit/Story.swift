@@ -61,7 +61,7 @@ public enum Story {
                 if !reasons.contains(r) { reasons.append(r) }
             case "started":
                 if !reasons.isEmpty {
-                    out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".")
+                    out.append(waited(task, "waited \(human(e.time - first.time))", reasons))
                     reasons = []
                 }
                 var line = "Started \(at)"
@@ -88,12 +88,12 @@ public enum Story {
             case "killed": out.append("Killed at \(at) (\(e.detail)).")
             case "signalled": out.append("At \(at): \(e.detail).")
             case "gave-up":
-                if !reasons.isEmpty { out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".") }
+                if !reasons.isEmpty { out.append(waited(task, "waited \(human(e.time - first.time))", reasons)) }
                 reasons = []
                 out.append("Gave up at \(at) (\(e.detail)).")
             case "failed": out.append("Could not start at \(at): \(e.detail).")
             case "lost":
-                if !reasons.isEmpty { out.append("\(task) waited \(human(e.time - first.time)): " + reasons.joined(separator: "; then ") + ".") }
+                if !reasons.isEmpty { out.append(waited(task, "waited \(human(e.time - first.time))", reasons)) }
                 reasons = []
                 out.append("At \(at) its supervisor was found gone: \(e.detail).")
             case "recovered": out.append("Recovery at \(at) \(e.detail).")
@@ -104,9 +104,16 @@ public enum Story {
             }
         }
         if !reasons.isEmpty {
-            out.append("\(task) has waited \(human(wallClockNow() - first.time)) so far: " + reasons.joined(separator: "; then ") + ".")
+            out.append(waited(task, "has waited \(human(wallClockNow() - first.time)) so far", reasons))
         }
-        return out.joined(separator: " ")
+        return out.joined(separator: "\n")
+    }
+
+    /// What a wait was for: one reason on the line, or each on a line of its own in the order they came (a
+    /// wait of many flaps reads as a list, not as one long sentence).
+    static func waited(_ task: String, _ how: String, _ reasons: [String]) -> String {
+        if reasons.count == 1 { return "\(task) \(how): \(reasons[0])." }
+        return "\(task) \(how):\n" + reasons.enumerated().map { "  \($0.offset == 0 ? "" : "then ")\($0.element)" }.joined(separator: "\n")
     }
 
     /// One line per task: where it stands now.

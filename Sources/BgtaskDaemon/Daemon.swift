@@ -772,6 +772,8 @@ public final class Daemon {
         let changes = p.changes(from: policy)
         policy = p
         limits = Schedule.Limits(p.settings)
+        // The readings follow the new thresholds too ([battery], [thermal], [idle] after, [storage]).
+        events.setProbeOptions(probe)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
         let shared = evaluator()
         for (id, e) in pending {

@@ -67,6 +67,10 @@ public struct WatchHandle: Sendable {
     let engine: WatchEngine
     public func stop() { engine.stop() }
 
+    /// New thresholds (a reloaded policy's `[battery]`, `[thermal]`, `[idle] after`, `[storage]`): the readings
+    /// are made again with them at once, and the desktop's idle watch is moved to the new `after`.
+    public func setProbeOptions(_ probe: ProbeOptions) { engine.setProbe(probe) }
+
     /// Changes how often thermal zones are read (nil: not at all) — a scheduler reads them only while a
     /// temperature can change an outcome, and less often the farther it is from a threshold.
     public func setThermalInterval(ms: Int32?) { engine.setThermalInterval(ms: ms) }
@@ -84,6 +88,12 @@ final class WatchEngine: @unchecked Sendable {
     let glibLoop = Mutex<Int>(0)
     /// The thermal poll interval in ms, -1 for none; changed from other threads.
     let thermalInterval: Atomic<Int32>
+    /// The probes' thresholds: replaced from other threads when the policy is reloaded (`probe` reads them).
+    let probeBox: Mutex<ProbeOptions>
+    let probeChanged = Atomic<Bool>(false)
+    /// The GLib side's context and itself, as bit patterns, while it runs: to ask it to read again.
+    let glibSide = Mutex<(context: Int, side: Int)>((0, 0))
+    var probe: ProbeOptions { probeBox.withLock { $0 } }
 
     init(options: WatchOptions, deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
          finished: @escaping @Sendable () -> Void) {
@@ -91,6 +101,22 @@ final class WatchEngine: @unchecked Sendable {
         self.deliver = deliver
         self.finished = finished
         thermalInterval = Atomic(options.thermalIntervalMs ?? -1)
+        probeBox = Mutex(options.probe)
+    }
+
+    func setProbe(_ new: ProbeOptions) {
+        let changed = probeBox.withLock { p -> Bool in
+            guard p != new else { return false }
+            p = new
+            return true
+        }
+        guard changed else { return }
+        probeChanged.store(true, ordering: .sequentiallyConsistent)
+        wake.wake()
+        glibSide.withLock { s in
+            guard let ctx = OpaquePointer(bitPattern: s.context), let side = UnsafeMutableRawPointer(bitPattern: s.side) else { return }
+            cup_invoke_idle(ctx, { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }, side)
+        }
     }
 
     func setThermalInterval(ms: Int32?) {
@@ -139,7 +165,7 @@ final class WatchEngine: @unchecked Sendable {
         }
 
         var supplies = reader.powerSupplies()
-        var zones = reader.thermalZones(fallback: options.probe.thermal)
+        var zones = reader.thermalZones(fallback: probe.thermal)
         var (routeList, routesReadable) = reader.defaultRoutes()
         var links = reader.networkLinks(routes: routeList)
         var zoneStates: [String: ThermalState] = [:]
@@ -148,7 +174,7 @@ final class WatchEngine: @unchecked Sendable {
         func emit(trigger: String, initial: Bool, force: Bool = false) {
             let snap = ConditionSnapshot.assemble(
                 supplies: supplies, zones: zones, previousZoneStates: zoneStates, links: links,
-                routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: options.probe)
+                routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: probe)
             zoneStates = snap.zoneStates
             let changes = differ.changes(to: snap.conditions)
             if initial || force || !changes.isEmpty {
@@ -193,6 +219,10 @@ final class WatchEngine: @unchecked Sendable {
                 wake.drain()
                 // A new interval takes effect now: sooner if it shrank, later (or never) if it grew.
                 if thermalInterval.load(ordering: .relaxed) != scheduledInterval { scheduleThermal() }
+                if probeChanged.exchange(false, ordering: .sequentiallyConsistent) {
+                    thermalDirty = true      // the zones' fallback trip points may have changed
+                    triggers.append("new thresholds")
+                }
                 if let r = dbus.withLock({ s -> DBusReadings? in defer { s.dirty = false }; return s.dirty ? s.readings : nil }) {
                     dbusReadings = r
                     dbusDirty = true
@@ -246,7 +276,7 @@ final class WatchEngine: @unchecked Sendable {
                 }
             }
             if thermalDirty {
-                zones = reader.thermalZones(fallback: options.probe.thermal)
+                zones = reader.thermalZones(fallback: probe.thermal)
                 scheduleThermal()
             }
             if netDirty {
@@ -275,6 +305,8 @@ final class GLibSide {
     var desktop: (DesktopIdle?, String) = (nil, "no session D-Bus")
     /// Mutter's watches: idle for `[idle] after`, and the next input after that.
     var idleWatch: UInt32?
+    /// The `after` that watch was set at.
+    var idleWatchMs: UInt64 = 0
     var activeWatch: UInt32?
     /// logind's sessions, kept up to date from its PropertiesChanged (whose values need no call); nil: list again.
     var logind: LogindSessions?
@@ -333,6 +365,8 @@ final class GLibSide {
         let loop = g_main_loop_new(ctx, 0)
         let bits = Int(bitPattern: loop)
         engine.glibLoop.withLock { $0 = bits }
+        engine.glibSide.withLock { $0 = (Int(bitPattern: ctx), Int(bitPattern: selfPointer)) }
+        defer { engine.glibSide.withLock { $0 = (0, 0) } }
         if !engine.stopped.load(ordering: .relaxed) { g_main_loop_run(loop) }
         engine.glibLoop.withLock { $0 = 0 }
         g_main_loop_unref(loop)
@@ -386,8 +420,14 @@ final class GLibSide {
         guard let s = session else { return }
         desktop = DesktopMonitors.read(s.connection)
         guard let d = desktop.0, d.watched, let ms = d.idleMs else { return }
-        let afterMs = UInt64(max(1, engine.options.probe.idleAfter * 1000))
+        let afterMs = UInt64(max(1, engine.probe.idleAfter * 1000))
         let m = DesktopMonitors.mutter
+        // A new `[idle] after`: the watch set at the old one goes.
+        if let w = idleWatch, idleWatchMs != afterMs {
+            _ = DesktopMonitors.call(s.connection, m, "RemoveWatch", cup_params_u(w), reply: "()")
+            idleWatch = nil
+        }
+        idleWatchMs = afterMs
         if idleWatch == nil {
             idleWatch = DesktopMonitors.first(DesktopMonitors.call(s.connection, m, "AddIdleWatch", cup_params_t(guint64(afterMs)), reply: "(u)"),
                                               { g_variant_get_uint32($0) })
@@ -446,7 +486,7 @@ final class GLibSide {
     /// `[idle] after` while one is in use.
     func schedulePresence(_ p: PresenceInputs) {
         cancelPresenceTimer()
-        let after = engine.options.probe.idleAfter
+        let after = engine.probe.idleAfter
         let reading = PresenceAnalysis.analyze(p, after: after, now: monotonicNanos())
         var wait = reading.crossingIn
         if wait == nil, reading.idle == false,

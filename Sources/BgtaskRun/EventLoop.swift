@@ -95,6 +95,9 @@ public final class EventLoop {
     }
 
     /// Every signal waiting on the signalfd.
+    /// A reloaded policy's thresholds for the readings (battery, thermal, idle, storage).
+    public func setProbeOptions(_ probe: ProbeOptions) { handle.setProbeOptions(probe) }
+
     public func readSignals() -> [Int32] {
         var out: [Int32] = []
         var sig = bgt_signalfd_read(sigfd)

@@ -96,9 +96,9 @@ extension Bgtask {
                 if !all, let latest = order.first, !(byRun[latest] ?? []).contains(where: { $0.event == "started" }),
                    let previous = try audit.entries(task: id, since: from).last(where: { $0.runID != latest && $0.event != "deferred" })?.runID {
                     let es = try audit.entries(run: previous).filter { $0.taskID == id }
-                    print(Terminal.safe("Last run: " + Story.tell(es)))
+                    print(Terminal.safe("Last run: " + Story.tell(es), keepNewlines: true))
                 }
-                for r in order { print(Terminal.safe(Story.tell(byRun[r] ?? []))) }
+                for r in order { print(Terminal.safe(Story.tell(byRun[r] ?? []), keepNewlines: true)) }
                 if let next = Why.nextRun(id) { print(Terminal.safe(next)) }
             }
         }

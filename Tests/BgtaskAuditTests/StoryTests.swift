@@ -49,6 +49,31 @@ struct AuditTests {
         #expect(Story.summary(entries.last!).hasPrefix("backup: finished "))
     }
 
+    @Test("a story of many flaps is one line per change: each reason of the wait on its own line, each throttle and lift too")
+    func flapsAreLines() throws {
+        let log = try AuditLog(path: tempDB())
+        log.runID = "sync-1"
+        let task = TaskFields(id: "sync")
+        let on: [String: PolicyValue] = ["power.external": .bool(true)]
+        for (i, r) in ["waiting for external power", "waiting for the network", "thermal serious (91 °C)"].enumerated() {
+            log.record(RunEvent(kind: .deferred, monotonic: Double(i), detail: "waiting",
+                                decision: decision(.defer, rule: "rule\(i)", reason: r, readings: []), conditions: on, exitStatus: nil), task: task)
+        }
+        log.record(RunEvent(kind: .started, monotonic: 10, detail: "pid 1", decision: nil, conditions: on, exitStatus: nil), task: task)
+        for i in 0..<20 {
+            log.record(RunEvent(kind: .throttled, monotonic: 11 + Double(2 * i), detail: "25%",
+                                decision: decision(.throttle, rule: "heavy.warm", reason: "thermal fair", readings: []), conditions: on, exitStatus: nil), task: task)
+            log.record(RunEvent(kind: .unthrottled, monotonic: 12 + Double(2 * i), detail: "", decision: nil, conditions: on, exitStatus: nil), task: task)
+        }
+        log.record(RunEvent(kind: .finished, monotonic: 60, detail: "exit 0", decision: nil, conditions: on, exitStatus: 0), task: task)
+        let lines = Story.tell(try log.entries(task: "sync")).split(separator: "\n")
+        #expect(lines.first?.hasPrefix("sync waited ") == true && lines.first?.hasSuffix(":") == true, "\(lines)")
+        #expect(lines[1].hasPrefix("  waiting for external power") && lines[2].hasPrefix("  then waiting for the network"))
+        #expect(lines.filter { $0.hasPrefix("Throttled to 25%") }.count == 20 && lines.filter { $0.hasPrefix("Cap lifted") }.count == 20)
+        #expect(lines.allSatisfy { $0.count < 200 }, "no line is a paragraph")
+        #expect(lines.last?.hasPrefix("Finished ") == true)
+    }
+
     @Test("a debug launch is told as one, not as a start the conditions made")
     func storyOfADebugLaunch() throws {
         let log = try AuditLog(path: tempDB())

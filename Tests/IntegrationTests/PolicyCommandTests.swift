@@ -480,3 +480,27 @@ extension PolicyCommandTests {
         #expect(out.contains("(\(dir.path)/rel.toml:2)") || out.contains("rel.toml:2)") && !out.contains("(rel.toml:2)"), "\(out) \(e4)")
     }
 }
+
+extension PolicyCommandTests {
+    @Test("a reloaded policy's thresholds reach bgtaskd's readings without a restart: [storage] low_mb raised, processing work waits for space at once")
+    func reloadedThresholdsReachTheReadings() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "index", "--earliest", "1h", "--", "true"]).0 == 0)
+        func storageRule() throws -> Bool {
+            let t = try d.pending().first { $0["id"] as? String == "index" }
+            return (t?["unmet"] as? [[String: Any]])?.contains { $0["rule"] as? String == "processing.storage-low" } == true
+        }
+        #expect(try !storageRule(), "the test's home has more than 1 GiB free")
+        try p.userPolicy("60-space.toml", "[storage]\nlow_mb = 100000000\n")    // 100 TB, the most it takes: always low
+        let (rs, ro, re) = try d.bgtask(["policy", "reload"])
+        #expect(rs == 0 && ro.contains("storage.low_mb"), "\(ro) \(re)")
+        let end = Date().addingTimeInterval(10)
+        var low = try storageRule()
+        while !low && Date() < end {    // the readings are made again on the watcher's thread, after the reload
+            usleep(50_000)
+            low = try storageRule()
+        }
+        #expect(low, "processing.storage-low in effect after the reload: \((try? d.pending()) ?? [])")
+    }
+}
