@@ -313,7 +313,7 @@ extension AuditEntry {
     /// As `why --json` and `log --json` print it.
     public var json: JSONValue {
         .object([
-            ("time", .number(time)), ("run", .string(runID)), ("task", .string(taskID)), ("event", .string(event)),
+            ("time", .number(time)), ("time_iso", .string(isoText(time))), ("run", .string(runID)), ("task", .string(taskID)), ("event", .string(event)),
             ("verdict", JSONValue(verdict)), ("detail", .string(detail)),
             ("rules", (try? JSONValue.parse(rules)) ?? .array([])),
             ("conditions", conditions.flatMap { try? JSONValue.parse($0) } ?? .null),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskBus
 import BgtaskConfig
+import BgtaskCore
 import BgtaskJSON
 import BgtaskPolicy
 #if canImport(Glibc)
@@ -38,13 +39,22 @@ enum DaemonClient {
     }
 
     /// A bus value as JSON, for `--json`.
+    static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run"]
+
     static func json(_ v: BusValue) -> JSONValue {
         switch v {
         case .string(let s): return .string(s)
         case .bool(let b): return .bool(b)
         case .int64, .uint64, .uint32, .int32, .byte, .double: return .number(v.number ?? 0)
         case .strings(let a): return .array(a.map { .string($0) })
-        case .dict(let d): return .object(d.keys.sorted().map { ($0, json(d[$0]!)) })
+        case .dict(let d):
+            // Times are seconds since the epoch, each with its ISO-8601 twin in local time with the zone.
+            var fields: [(String, JSONValue)] = []
+            for k in d.keys.sorted() {
+                fields.append((k, json(d[k]!)))
+                if timeKeys.contains(k), let t = d[k]!.number { fields.append((k + "_iso", .string(isoText(t)))) }
+            }
+            return .object(fields)
         case .dicts(let ds): return .array(ds.map { json(.dict($0)) })
         case .tuple(let members), .array(_, let members): return .array(members.map(json))
         case .variant(let inner): return json(inner)

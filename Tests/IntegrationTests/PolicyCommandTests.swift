@@ -437,6 +437,9 @@ extension PolicyCommandTests {
         #expect(tick["calendar"] as? String == "*:*:0/2")
         let next = try #require(tick["earliest"] as? Double)
         #expect(next > started - 2 && next <= started + 2 && Int(next) % 2 == 0, "\(next)")
+        // --json keeps ISO-8601 with the zone beside each time.
+        let iso = try #require(tick["earliest_iso"] as? String, "\(tick)")
+        #expect(iso.count >= 20 && iso.contains("T") && (iso.hasSuffix("Z") || iso.dropLast(6).count == 19), "\(iso)")
 
         // A window that closed a minute ago and opens again in 23 hours: the request waits, saying so.
         var now = time_t(Date().timeIntervalSince1970 - 120), t = tm()
