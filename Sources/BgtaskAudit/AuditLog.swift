@@ -25,9 +25,14 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
     /// JSON: the conditions at that moment (only for starts and resumes, where `why` says what changed).
     public var conditions: String?
     public var exitStatus: Int32?
+    /// At a run's end: the energy it used, and the summary with its source (or why it is unknown).
+    public var energyWh: Double?
+    public var energy: String?
 
     public init(id: Int64?, time: Double, runID: String, taskID: String, event: String, verdict: String?, detail: String,
-                rules: String, conditions: String?, exitStatus: Int32?) {
+                rules: String, conditions: String?, exitStatus: Int32?, energyWh: Double? = nil, energy: String? = nil) {
+        self.energyWh = energyWh
+        self.energy = energy
         self.id = id
         self.time = time
         self.runID = runID
@@ -42,6 +47,7 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
 
     enum CodingKeys: String, CodingKey {
         case id, time, runID = "run_id", taskID = "task_id", event, verdict, detail, rules, conditions, exitStatus = "exit_status"
+        case energyWh = "energy_wh", energy
     }
 
     public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
@@ -190,6 +196,13 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
                 CREATE INDEX decision_task_id ON decision (task_id, id);
                 """)
         }
+        // What each run used, recorded at its end.
+        m.registerMigration("v3 energy") { db in
+            try db.alter(table: "decision") { t in
+                t.add(column: "energy_wh", .double)
+                t.add(column: "energy", .text)
+            }
+        }
         return m
     }
 
@@ -238,7 +251,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             id: nil, time: wallClock(), runID: event.runID ?? runID, taskID: task.id, event: event.kind.rawValue,
             verdict: event.decision?.verdict.rawValue, detail: event.detail, rules: rules.rendered,
             conditions: keepConditions ? JSONValue.object(event.conditions.sorted { $0.key < $1.key }.map { ($0.key, json($0.value)) }).rendered : nil,
-            exitStatus: event.exitStatus)
+            exitStatus: event.exitStatus, energyWh: event.energyWh, energy: event.energy)
         if batching { buffer.append(entry); return }
         do { try append(entry) } catch {
             fputs("bgtask: audit trail \(path): \(error)\n", stderr)
@@ -318,6 +331,6 @@ extension AuditEntry {
             ("rules", (try? JSONValue.parse(rules)) ?? .array([])),
             ("conditions", conditions.flatMap { try? JSONValue.parse($0) } ?? .null),
             ("exit_status", JSONValue(exitStatus.map(Int.init))),
-        ])
+        ] + (event == "finished" ? [("energy_wh", energyWh.map { JSONValue.number($0) } ?? .null), ("energy", JSONValue(energy))] : []))
     }
 }

@@ -100,6 +100,7 @@ public enum Story {
             case "finished":
                 if expired, e.detail.contains("signal") { out.append("Ended \(at) by that expiry (\(e.detail)).") }
                 else { out.append("Finished \(at), \(e.detail).") }
+                if let energy = e.energy { out.append(energy.prefix(1).uppercased() + energy.dropFirst() + ".") }
             default: out.append("\(at) \(e.event): \(e.detail)")
             }
         }

@@ -20,6 +20,9 @@ public struct RunEvent: Sendable {
     public var exitStatus: Int32?
     /// For events about another run than the observer's own (recovery of a dead supervisor's task).
     public var runID: String?
+    /// At the end of a run: the energy it used (`EnergyMeter`), and what to say of it (or why it is unknown).
+    public var energyWh: Double?
+    public var energy: String?
 
     public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?,
                 runID: String? = nil) {

@@ -289,6 +289,9 @@ extension Daemon {
                 if v.total > 0 { d["progress_completed"] = .uint64(v.completed); d["progress_total"] = .uint64(v.total) }
             }
             if let m = s.taskProcess?.mechanism { d["mechanism"] = .string(m.rawValue) }
+            // Its share of the machine's measured draw over the last interval (absent: no source).
+            if let w = s.energy.lastWatts { d["watts"] = .double(w) }
+            if let wh = s.energy.wattHours { d["energy_wh"] = .double(wh) }
             // What holds it back while it runs (a throttle, a pause): the deciding rule and its file:line.
             if let dec = s.machine.lastDecision, dec.verdict != .run, let m = dec.matches.first {
                 d["reason"] = .string("\(m.reason) — rule \(m.ruleID) (\(m.location))")

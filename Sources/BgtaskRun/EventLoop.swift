@@ -160,7 +160,12 @@ public final class EventLoop {
         for s in supervisors where !s.isDone {
             guard let pid = s.pid else { continue }
             var status: Int32 = 0
-            if waitpid(pid, &status, WNOHANG) == pid { s.childExited(waitStatus: status) }
+            var usage = rusage()
+            // The leader's rusage counts the children it reaped: the group's CPU time once /proc has no entry for it.
+            if wait4(pid, &status, WNOHANG, &usage) == pid {
+                let cpu = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+                s.childExited(waitStatus: status, cpuSeconds: cpu)
+            }
         }
     }
 }

@@ -56,6 +56,13 @@ public final class Supervisor {
     var conditions: [String: PolicyValue]?
     var lastSaid = ""
     var dutyAt: Double?
+    /// What the run cost (`EnergyMeter`): sampled every `energyInterval` while its command runs.
+    public private(set) var energy = EnergyMeter()
+    var energyDue: Double?
+    /// Why there is no power source, as last found (for "energy unknown: …").
+    public private(set) var energyWhy = ""
+    var batteryFullWh: Double?
+    static let energyInterval = 10.0
     var spawnFailure: Int32?
     /// Set only when a rule reads the clock or the task's age in a way the core cannot foresee: each second.
     var tickAt: Double?
@@ -127,7 +134,26 @@ public final class Supervisor {
             guard let b else { return a }
             return min(a, b)
         }
-        return earlier(earlier(machineWake, dutyAt), earlier(tickAt, sampleDue))
+        return earlier(earlier(earlier(machineWake, dutyAt), earlier(tickAt, sampleDue)), energyDue)
+    }
+
+    /// One reading for the energy meter: the machine's draw from its best source, the task's and the machine's CPU time.
+    func sampleEnergy(now: Double, finalCPU: Double? = nil) {
+        let root = options.probe.root
+        let supplies = DeviceReader(root: root).powerSupplies()
+        let (draw, why) = SystemPower.read(root: root, supplies: supplies)
+        energyWhy = why
+        let full = supplies.filter { $0.isSystemBattery && $0.present != false }.compactMap(\.energyFullWh)
+        if !full.isEmpty { batteryFullWh = full.reduce(0, +) }
+        let taskCPU = process?.cpuSeconds() ?? finalCPU
+        energy.add(EnergyMeter.Sample(time: now, taskCPU: taskCPU, machineCPU: SystemPower.busyCPUSeconds(root: root),
+                                      watts: draw?.watts, counterJoules: draw?.counterJoules, counterRange: draw?.counterRangeJoules,
+                                      source: draw?.source, uncertainty: draw?.uncertainty))
+    }
+
+    /// What the run used, for its end in the audit trail: the summary, or why it is unknown.
+    public var energySummary: String {
+        energy.summary(batteryFullWh: batteryFullWh) ?? "energy unknown: " + (energyWhy.isEmpty ? "no power reading during the run" : energyWhy)
     }
 
     /// Cleans up and returns the exit status of `bgtask run`.
@@ -150,11 +176,16 @@ public final class Supervisor {
         }
     }
 
-    func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil) {
+    func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil, energy withEnergy: Bool = false) {
         // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
         if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
-        observer?.record(RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
-                                  conditions: conditions ?? [:], exitStatus: status), task: machine.task)
+        var event = RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
+                             conditions: conditions ?? [:], exitStatus: status)
+        if withEnergy {
+            event.energyWh = energy.wattHours
+            event.energy = energySummary
+        }
+        observer?.record(event, task: machine.task)
         onEvent?(self, kind)
     }
 
@@ -237,6 +268,10 @@ public final class Supervisor {
     /// The loop woke at or after `nextDeadline`: the duty cycle, the CPU monitor, holds and deadlines.
     public func timersDue(now: Double) {
         if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
+        if let t = energyDue, now >= t, process != nil, !isDone {
+            sampleEnergy(now: now)
+            energyDue = now + Supervisor.energyInterval
+        }
         var changed = false
         if let t = machine.cpuSampleDue, now >= t {
             let cpu = process?.cpuSeconds()
@@ -261,13 +296,16 @@ public final class Supervisor {
     }
 
     /// Its command exited with this wait status.
-    public func childExited(waitStatus status: Int32) {
+    public func childExited(waitStatus status: Int32, cpuSeconds finalCPU: Double? = nil) {
         // What it left running may still be writing: cut without a copy that would lose their lines.
         if let out = options.outputPath { OutputFile.dropFront(out) }
         let code = exitCode(status)
+        // The last interval, while its CPU time can still be read (a cgroup outlives its processes).
+        if energyDue != nil { sampleEnergy(now: monotonic(), finalCPU: finalCPU) }
+        energyDue = nil
         machine.exited(status: code)
         let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
-        record(.finished, how, status: code)
+        record(.finished, how, status: code, energy: true)
         say("finished (\(how))")
     }
 
@@ -369,6 +407,8 @@ public final class Supervisor {
                     let what = p.unit.map { "systemd unit \($0.unitName)" } ?? "pid \(p.pid)"
                     record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                     say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (\(what))")
+                    sampleEnergy(now: now)
+                    energyDue = now + Supervisor.energyInterval
                 } catch let e as SpawnError {
                     record(.failed, e.description, status: e.exitCode)
                     say(e.description)

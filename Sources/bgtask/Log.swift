@@ -58,7 +58,7 @@ extension Bgtask {
             var audit: AuditLog?
             func show(_ e: AuditEntry) {
                 print(json ? e.json.rendered
-                      : Terminal.safe("\(Story.clock(e.time)) \(e.taskID) \(e.event)\(e.verdict.map { " (\($0))" } ?? ""): \(e.detail)"))
+                      : Terminal.safe("\(Story.clock(e.time)) \(e.taskID) \(e.event)\(e.verdict.map { " (\($0))" } ?? ""): \(e.detail)\(e.energy.map { "; \($0)" } ?? "")"))
                 lastID = max(lastID, e.id ?? 0)
             }
             func drain(initial: Bool) throws {

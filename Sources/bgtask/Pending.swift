@@ -28,7 +28,22 @@ extension Bgtask {
             let reply = try DaemonClient.call("ListPending")
             let status = try? DaemonClient.call("GetStatus")
             guard case .dicts(let tasks)? = reply.first else { return }
-            if json { print(DaemonClient.json(.dicts(tasks)).rendered); return }
+            if json {
+                // Each task with what its last run used, from the audit trail (bounded, as the table's LAST).
+                let audit = tasks.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
+                let weekAgo = wallClockNow() - 7 * 86_400
+                let out = tasks.map { t -> JSONValue in
+                    guard case .object(var fields) = DaemonClient.json(.dict(t)) else { return DaemonClient.json(.dict(t)) }
+                    if let a = audit, let id = t["id"]?.string,
+                       let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
+                        fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
+                        fields.append(("last_energy", JSONValue(f.energy)))
+                    }
+                    return .object(fields)
+                }
+                print(JSONValue.array(out).rendered)
+                return
+            }
             if case .dict(let s)? = status?.first, let w = s["policy_warning"]?.string { out("warning: \(w)") }
             if tasks.isEmpty { out("nothing pending"); return }
             if long {

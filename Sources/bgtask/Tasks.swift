@@ -83,13 +83,14 @@ extension Bgtask {
         static func table(_ tasks: [[String: BusValue]], width: Int) -> [String] {
             let header = "bgtask tasks — \(clockText(wallClockNow())) — \(tasks.count) running (Ctrl-C ends)"
             if tasks.isEmpty { return [header, "", "nothing running"] }
-            var rows = [["ID", "STATE", "CPU", "RUNTIME", "BUDGET", "WHY"]]
+            var rows = [["ID", "STATE", "CPU", "POWER", "RUNTIME", "BUDGET", "WHY"]]
             var bars: [Int: String] = [:]
             for t in tasks {
                 var state = t["state"]?.string ?? ""
                 if case .uint32(let cap)? = t["cpu_cap"] { state += " \(cap)%" }
                 rows.append([t["id"]?.string ?? "?", state,
                              t["cpu_share"]?.number.map { "\(Int($0.rounded()))%" } ?? "-",
+                             t["watts"]?.number.map { Tasks.watts($0) } ?? "-",
                              t["runtime"]?.number.map { formatDuration($0.rounded()) } ?? "-",
                              t["budget_left"]?.number.map { formatDuration($0.rounded()) + " left" } ?? "-",
                              t["reason"]?.string ?? (t["title"]?.string ?? "")])
@@ -97,15 +98,20 @@ extension Bgtask {
                     bars[rows.count - 1] = "    " + bar(done / total)
                 }
             }
-            let widths = (0..<5).map { c in rows.map { $0[c].count }.max() ?? 0 }
+            let widths = (0..<6).map { c in rows.map { $0[c].count }.max() ?? 0 }
             var out = [header, ""]
             for (i, r) in rows.enumerated() {
-                var line = (0..<5).map { r[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "  " + r[5]
+                var line = (0..<6).map { r[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ") + "  " + r[6]
                 if line.count > width { line = String(line.prefix(width - 1)) + "…" }
                 out.append(line)
                 if let b = bars[i] { out.append(b) }
             }
             return out
+        }
+
+        /// `~3.2 W`, `~450 mW`.
+        static func watts(_ w: Double) -> String {
+            w >= 1 ? "~\(Double(Int((w * 10).rounded())) / 10) W" : "~\(Int((w * 1000).rounded())) mW"
         }
 
         static func lines(_ tasks: [[String: BusValue]]) -> [String] {
@@ -116,6 +122,7 @@ extension Bgtask {
                 if let p = t["pid"]?.number { line += ", pid \(Int(p))" }
                 if let u = t["unit"]?.string { line += ", unit \(u)" }
                 if let c = t["cpu_share"]?.number { line += ", \(Int(c.rounded()))% of a CPU" }
+                if let w = t["watts"]?.number { line += ", \(watts(w))" }
                 if let r = t["runtime"]?.number { line += ", running \(formatDuration(r.rounded()))" }
                 if let b = t["budget_left"]?.number { line += ", \(formatDuration(b.rounded())) of budget left" }
                 if let r = t["reason"]?.string { line += "; \(r)" }

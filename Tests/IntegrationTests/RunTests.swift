@@ -348,3 +348,36 @@ struct RunCommandTests {
         #expect(why.contains("its 300ms budget ran out") && why.contains("by that expiry (killed by signal 15)"), "\(why)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("energy per run: on battery the run's share of the battery's power_now is recorded, at most 9.5 W × its time; on the charger it is unknown, with why — never zero")
+    func energyOfARun() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)    // BAT0 discharging at power_now 9.5 W
+        let env = p.environment(preload: true)
+        let spin = ["sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"]
+        let t0 = Date()
+        let (s, _, e) = try Child.run(Child.bgtaskPath, ["run", "--no-dbus", "--id", "burn", "--ignore-idle", "--"] + spin, environment: env, deadline: 60)
+        let wall = Date().timeIntervalSince(t0)
+        #expect(s == 0, "\(e)")
+        let (_, why, _) = try Child.run(Child.bgtaskPath, ["why", "--json", "burn"], environment: env, deadline: 30)
+        let runs = try #require(try JSONSerialization.jsonObject(with: Data(why.utf8)) as? [[String: Any]], "\(why)")
+        let entries = try #require(runs.last?["entries"] as? [[String: Any]])
+        let finished = try #require(entries.last { $0["event"] as? String == "finished" }, "\(entries)")
+        let wh = try #require(finished["energy_wh"] as? Double, "\(finished)")
+        #expect(wh > 0 && wh <= 9.5 * wall / 3600 + 1e-9, "\(wh) Wh in \(wall) s")
+        #expect((finished["energy"] as? String)?.contains("source: BAT0 power_now × CPU share") == true, "\(finished)")
+        let (_, story, _) = try Child.run(Child.bgtaskPath, ["why", "burn"], environment: env, deadline: 30)
+        #expect(story.contains("Used ~") && story.contains("of the battery's full energy"), "\(story)")
+
+        tb.plug(laptop, true)
+        #expect(try Child.run(Child.bgtaskPath, ["run", "--no-dbus", "--id", "burn2", "--ignore-idle", "--"] + spin, environment: env, deadline: 60).0 == 0)
+        let (_, why2, _) = try Child.run(Child.bgtaskPath, ["why", "--json", "burn2"], environment: env, deadline: 30)
+        let runs2 = try #require(try JSONSerialization.jsonObject(with: Data(why2.utf8)) as? [[String: Any]], "\(why2)")
+        let f2 = try #require((runs2.last?["entries"] as? [[String: Any]])?.last { $0["event"] as? String == "finished" })
+        #expect(f2["energy_wh"] is NSNull, "\(f2)")
+        #expect((f2["energy"] as? String)?.hasPrefix("energy unknown: on external power") == true, "\(f2)")
+    }
+}
