@@ -32,6 +32,9 @@ let package = Package(
 
         // Linux calls the Glibc overlay does not import (pipe2, netlink).
         .systemLibrary(name: "CLinux", path: "Sources/CLinux"),
+        // libsystemd's journal: bgtaskd's decisions as structured entries (journalctl BGTASK_TASK=…).
+        .systemLibrary(name: "CSystemd", path: "Sources/CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
 
         // The JSON value every --json output, trace and audit record is made of: a leaf, no dependencies.
         .target(name: "BgtaskJSON"),
@@ -68,7 +71,7 @@ let package = Package(
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
         .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
-                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux"]),
+                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux", "CSystemd"]),
         // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
         .target(name: "CICUNoData"),
         .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes", "CICUNoData",

@@ -62,6 +62,8 @@ check "real logind: a command over ssh is nobody at the machine (user.idle true,
 # --- 1: a lingering user logged in over ssh gets both delay locks (a combined sleep:shutdown one is refused)
 g 'bgtask submit --id hold -- sleep 600' >/dev/null
 check "submit runs as a transient unit in background.slice" until_guest 20 'sh /tmp/guest.sh unit-running hold'
+check "decisions in the journal with fields: journalctl --user BGTASK_TASK=hold BGTASK_EVENT=started" until_guest 10 \
+  'journalctl --user BGTASK_TASK=hold BGTASK_EVENT=started -o cat | grep -q "^hold: started" && journalctl --user BGTASK_TASK=hold -o verbose | grep -q "MESSAGE_ID=cb0de88e28224280972d93079cee5ed6"'
 check "delay locks: sleep and shutdown, each held while a task runs" until_guest 10 'sh /tmp/guest.sh locks'
 check "no lock refused, none said released that was not held" g '! journalctl --user -u bgtaskd -o cat | grep -E "refused the (sleep|shutdown) delay lock|no delay lock was held"'
 g 'bgtask cancel hold' >/dev/null

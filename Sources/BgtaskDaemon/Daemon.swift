@@ -74,24 +74,29 @@ final class Entry {
     var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
 }
 
-/// Gives each task's events its own run id in the shared audit trail.
+/// Gives each task's events its own run id in the shared audit trail, and sends them to the journal too.
 final class TaskObserver: RunObserver {
     let audit: AuditLog
+    let journal: Journal
     let runID: String
-    init(audit: AuditLog, runID: String) {
+    init(audit: AuditLog, journal: Journal, runID: String) {
         self.audit = audit
+        self.journal = journal
         self.runID = runID
     }
     func record(_ event: RunEvent, task: TaskFields) {
         var e = event
         if e.runID == nil { e.runID = runID }
         audit.record(e, task: task)
+        journal.send(e, task: task, runID: e.runID ?? runID)
     }
 }
 
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
+    /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
+    let journal = Journal()
     let options: DaemonOptions
     let loop = MainLoop()
     var events: EventLoop!
@@ -201,6 +206,12 @@ public final class Daemon {
         do { bus = try BusConnection(address: options.busAddress) } catch {
             throw DaemonError(message: "cannot connect to the session bus: \(error.message)", status: ExitStatus.unavailable)
         }
+    }
+
+    /// An event of the daemon's own (a cancel, a recovery) into the audit trail and the journal.
+    func recordEvent(_ e: RunEvent, task: TaskFields) {
+        audit.record(e, task: task)
+        journal.send(e, task: task, runID: e.runID ?? task.id)
     }
 
     func say(_ s: String) {
@@ -375,7 +386,7 @@ public final class Daemon {
         if !row.isAppTask { o.runToken = RunProcesses.newToken(sequence: sequence) }
         o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
         o.quiet = options.quiet
-        let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, runID: o.runID), state: nil,
+        let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, journal: journal, runID: o.runID), state: nil,
                            enqueuedAt: mono - max(0, wall - row.submitted))
         s.speaker = "bgtaskd"
         s.quietFirstWait = restored
@@ -710,7 +721,7 @@ public final class Daemon {
         let units = rows.map { r in r.cgroup.flatMap { $0.hasPrefix("unit ") ? String($0.dropFirst(5)) : nil } }
         for (r, unit) in zip(rows, units) {
             let lost = "bgtaskd was gone while it ran (" + (r.pgid.map { "pid \($0)" } ?? "its start was recorded, its pid not yet") + ")"
-            audit.record(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
+            recordEvent(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
                                   runID: r.runID ?? "\(r.id)-recovered"), task: r.fields)
             if let u = unit, let m = systemd { if r.pgid == nil { m.stopLeftover(u) } else { m.thawLeftover(u) } }
         }
@@ -727,7 +738,7 @@ public final class Daemon {
             let requeue = r.kind != "refresh"
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil
             let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
-            audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,
+            recordEvent(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,
                                   runID: r.runID ?? "\(r.id)-recovered"), task: r.fields)
             say("\(r.id): \(what)")
             do {
@@ -806,7 +817,7 @@ public final class Daemon {
                 var status: Int32 = 0
                 _ = waitpid(pid, &status, WNOHANG)
             }
-            audit.record(RunEvent(kind: .recovered, monotonic: monotonic(), detail: "interrupted: bgtaskd stopped; \(done)",
+            recordEvent(RunEvent(kind: .recovered, monotonic: monotonic(), detail: "interrupted: bgtaskd stopped; \(done)",
                                   decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
             do {
                 try store.remove(e.row.id, state: "running")

@@ -205,7 +205,7 @@ extension Daemon {
         var done: [String] = []
         if let e = pending.removeValue(forKey: id) {
             try? store.remove(id, state: "pending")
-            audit.record(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
+            recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
             done.append("removed the pending request")
         }

@@ -1,3 +1,5 @@
+import BgtaskCore
+import BgtaskPolicy
 @testable import BgtaskDaemon
 import Foundation
 import Testing
@@ -45,5 +47,29 @@ struct SystemdUnitsTests {
         let env = SystemdUnits.environment(adding: ["BGTASK_TASK_ID=t"])
         #expect(!env.contains { $0.hasPrefix("JOURNAL_STREAM=") })
         #expect(env.contains("BGTASK_TASK_ID=t"))
+    }
+}
+
+@Suite("decisions in the journal: the fields")
+struct JournalFieldsTests {
+    @Test("an event becomes MESSAGE, one MESSAGE_ID, and BGTASK_TASK, RUN, EVENT, RULE, RULE_ORIGIN, VERDICT (and the exit status and energy at the end)")
+    func fields() {
+        let m = Match(ruleID: "processing.needs-power", verdict: .defer, reason: "waiting for external power",
+                      location: SourceLocation(file: "/usr/share/bgtask/policies/default.toml", line: 34, column: 1), readings: [])
+        let d = Decision(verdict: .defer, cpuPercent: nil, grace: nil, matches: [m], pending: [])
+        let e = RunEvent(kind: .deferred, monotonic: 0, detail: "waiting for external power", decision: d, conditions: [:], exitStatus: nil)
+        let f = Journal.fields(e, task: TaskFields(id: "backup"), runID: "backup-1")
+        #expect(f.contains("MESSAGE=backup: deferred: waiting for external power — rule processing.needs-power (/usr/share/bgtask/policies/default.toml:34)"))
+        for want in ["MESSAGE_ID=\(Journal.messageID)", "PRIORITY=6", "BGTASK_TASK=backup", "BGTASK_RUN=backup-1", "BGTASK_EVENT=deferred",
+                     "BGTASK_RULE=processing.needs-power", "BGTASK_RULE_ORIGIN=/usr/share/bgtask/policies/default.toml:34", "BGTASK_VERDICT=defer"] {
+            #expect(f.contains(want), "\(want) in \(f)")
+        }
+        var end = RunEvent(kind: .finished, monotonic: 1, detail: "exit 0", decision: nil, conditions: [:], exitStatus: 0)
+        end.energyWh = 0.5
+        end.energy = "used ~0.5 Wh"
+        let g = Journal.fields(end, task: TaskFields(id: "backup"), runID: "backup-1")
+        #expect(g.contains("BGTASK_EXIT_STATUS=0") && g.contains("BGTASK_ENERGY_WH=0.5") && g.contains("MESSAGE=backup: finished: exit 0; used ~0.5 Wh"))
+        #expect(Journal.fields(RunEvent(kind: .expired, monotonic: 2, detail: "x", decision: nil, conditions: [:], exitStatus: nil),
+                               task: TaskFields(id: "b"), runID: "r").contains("PRIORITY=5"))
     }
 }

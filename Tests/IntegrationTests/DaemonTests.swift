@@ -612,3 +612,27 @@ extension PolicyCommandTests {
         #expect((t["reason"] as? String)?.contains("storage low on \(home.path) (") == true, "\(t)")
     }
 }
+
+@Suite("bgtaskd's decisions in a running journald")
+struct JournaldTests {
+    @Test("journalctl BGTASK_TASK=… finds a task's decisions with their fields",
+          .enabled(if: access("/run/systemd/journal/socket", W_OK) == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/journalctl"),
+                   "journald does not run here (no /run/systemd/journal/socket): the guest checks it (scripts/check-vm.sh)"))
+    func journalHasTheFields() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let id = "journal-\(UUID().uuidString.prefix(8))"
+        #expect(try d.bgtask(["submit", "--id", id, "--ignore-idle", "--", "true"]).0 == 0)
+        _ = try #require(d.said("\(id): finished"), "\(d.daemon?.stderr ?? "")")
+        // journald writes asynchronously: read until the entry is there, or give up at the deadline.
+        let end = Date().addingTimeInterval(10)
+        var out = ""
+        repeat {
+            out = try Child.run("/usr/bin/journalctl", ["--no-pager", "-o", "export", "BGTASK_TASK=\(id)", "BGTASK_EVENT=finished"], deadline: 10).1
+            if out.contains("BGTASK_EVENT=finished") { break }
+            usleep(100_000)
+        } while Date() < end
+        #expect(out.contains("BGTASK_TASK=\(id)") && out.contains("MESSAGE_ID=cb0de88e28224280972d93079cee5ed6")
+                && out.contains("BGTASK_EXIT_STATUS=0"), "\(out)")
+    }
+}
