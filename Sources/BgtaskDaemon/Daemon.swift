@@ -9,6 +9,7 @@ import BgtaskPolicy
 import BgtaskProbes
 import BgtaskQueue
 import BgtaskRun
+@preconcurrency import CLinux
 
 public struct DaemonOptions {
     /// The bus to serve on (nil: the session bus, `$DBUS_SESSION_BUS_ADDRESS`).
@@ -95,6 +96,8 @@ final class TaskObserver: RunObserver {
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
+    /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
+    var midnightFD: Int32 = -1
     /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
     let journal = Journal()
     let options: DaemonOptions
@@ -621,15 +624,47 @@ public final class Daemon {
     }
 
     /// At local midnight the budgets start again: work they held back is looked at anew.
+    /// Local midnight, on the wall clock: a CLOCK_REALTIME timerfd set to the instant itself (it fires on time after
+    /// a suspend, and a clock or time-zone change cancels it so it is set again) — not a monotonic delay, which
+    /// stops while the machine sleeps, and not an hourly look, which would wake an idle daemon for nothing.
     func scheduleMidnight() {
-        let secondsToday = localTime().secondsSinceMidnight
-        loop.after(86_400 - secondsToday + 1) { [unowned self] in
-            self.accountBattery()
-            // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
-            for e in self.all where e.awake?.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
-            self.afterRound(conditionsChanged: false)
-            self.scheduleMidnight()
+        if midnightFD < 0 {
+            midnightFD = timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+            guard midnightFD >= 0 else { say("cannot set the midnight timer (timerfd: \(String(cString: strerror(errno))))"); return }
+            loop.watch(fd: midnightFD) { [unowned self] in
+                var expirations: UInt64 = 0
+                let n = read(self.midnightFD, &expirations, 8)
+                // ECANCELED: the wall clock was set; the next midnight is another instant now.
+                if n == 8 { self.midnight() }
+                self.armMidnight()
+            }
         }
+        armMidnight()
+    }
+
+    func armMidnight() {
+        var spec = itimerspec()
+        spec.it_value.tv_sec = time_t(Daemon.nextLocalMidnight(after: wallClockNow()))
+        if timerfd_settime(midnightFD, Int32(TFD_TIMER_ABSTIME) | Int32(TFD_TIMER_CANCEL_ON_SET), &spec, nil) != 0 {
+            say("cannot set the midnight timer (timerfd_settime: \(String(cString: strerror(errno))))")
+        }
+    }
+
+    func midnight() {
+        accountBattery()
+        // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
+        for e in all where e.awake?.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
+        afterRound(conditionsChanged: false)
+    }
+
+    /// The next local midnight after `t` (seconds since the epoch), by mktime: a day of 23 or 25 hours is one day.
+    static func nextLocalMidnight(after t: Double) -> Double {
+        var now = time_t(t.rounded(.down))
+        var parts = tm()
+        localtime_r(&now, &parts)
+        parts.tm_mday += 1
+        parts.tm_hour = 0; parts.tm_min = 0; parts.tm_sec = 0; parts.tm_isdst = -1
+        return Double(mktime(&parts))
     }
 
     /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.

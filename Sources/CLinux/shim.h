@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <signal.h>

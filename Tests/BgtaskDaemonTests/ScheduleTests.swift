@@ -1,3 +1,4 @@
+@testable import BgtaskDaemon
 import BgtaskCore
 import BgtaskPolicy
 import Testing
@@ -223,5 +224,28 @@ struct ClockTextTests {
         let at1321 = today(13) + 21 * 60
         #expect(untilText(today(13) + 20 * 60 + 86_400, now: at1321) == "tomorrow 13:20:00, in 23h59m")
         #expect(untilText(today(13), now: at1321) == "13:00:00", "a time gone by has no distance")
+    }
+}
+
+@Suite("local midnight, on the wall clock")
+struct MidnightTests {
+    @Test("the next local midnight is 00:00:00 of the next local day, within 25 h, for instants across a year (daylight-saving days included)")
+    func nextMidnight() {
+        var t = 1_798_761_600.0    // 2027-01-01 UTC; then every 7 h 13 min for a year
+        while t < 1_830_297_600 {
+            let m = Daemon.nextLocalMidnight(after: t)
+            var a = time_t(t), b = time_t(m)
+            var ta = tm(), tb = tm()
+            localtime_r(&a, &ta)
+            localtime_r(&b, &tb)
+            #expect(m > t && m - t <= 25 * 3600, "\(t) → \(m)")
+            #expect(tb.tm_hour == 0 && tb.tm_min == 0 && tb.tm_sec == 0, "\(t) → \(m)")
+            var next = ta
+            next.tm_mday += 1; next.tm_hour = 12; next.tm_isdst = -1
+            var noon = next
+            _ = mktime(&noon)
+            #expect(tb.tm_mday == noon.tm_mday && tb.tm_mon == noon.tm_mon, "\(t) → \(m)")
+            t += 7 * 3600 + 13 * 60
+        }
     }
 }
