@@ -96,6 +96,8 @@ final class TaskObserver: RunObserver {
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
+    /// The last value of each of `historyNames` written to the history.
+    var recordedHistory: [String: String] = [:]
     /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
     var midnightFD: Int32 = -1
     /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
@@ -211,6 +213,33 @@ public final class Daemon {
         }
     }
 
+    /// The readings whose history is kept, for the learned start estimate and `bgtask report`.
+    static let historyNames = ["power.external", "user.idle", "network.online", "thermal.state", "thermal.celsius", "battery.percent"]
+    static let historyDays = 60.0
+
+    /// Keeps what changed of `historyNames` (a temperature or a charge level only when it moved 2 or more): one
+    /// row per change, written on a change that woke the daemon anyway — keeping history costs no wake-up.
+    func recordHistory(_ values: [String: PolicyValue]) {
+        let now = wallClockNow()
+        var changes: [(time: Double, name: String, value: String)] = []
+        for name in Daemon.historyNames {
+            let text: String
+            switch values[name] ?? .null {
+            case .null: text = "null"
+            case .bool(let b): text = b ? "true" : "false"
+            case .number(let n), .duration(let n): text = String(Int(n.rounded()))
+            case .string(let s): text = s
+            case .list: continue
+            }
+            guard recordedHistory[name] != text else { continue }
+            if name == "thermal.celsius" || name == "battery.percent", let old = recordedHistory[name].flatMap(Double.init),
+               let new = Double(text), abs(old - new) < 2 { continue }
+            recordedHistory[name] = text
+            changes.append((now, name, text))
+        }
+        do { try store.recordTransitions(changes) } catch { say("cannot keep the readings' history: \(error)") }
+    }
+
     /// An event of the daemon's own (a cancel, a recovery) into the audit trail and the journal.
     func recordEvent(_ e: RunEvent, task: TaskFields) {
         audit.record(e, task: task)
@@ -287,12 +316,14 @@ public final class Daemon {
         if let w = policyWarning { say(w) }
         loop.after(0) { [unowned self] in
             try? self.audit.prune(now: wallClockNow())
+            try? self.store.pruneTransitions(before: wallClockNow() - Daemon.historyDays * 86_400)
             self.restoreSlice()
         }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
                 self.readings = values
+                self.recordHistory(values)
                 self.deliver(now: monotonic())
                 let c = self.appConditions
                 if c != self.announcedConditions {
@@ -652,6 +683,7 @@ public final class Daemon {
 
     func midnight() {
         accountBattery()
+        try? store.pruneTransitions(before: wallClockNow() - Daemon.historyDays * 86_400)
         // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
         for e in all where e.awake?.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
         afterRound(conditionsChanged: false)

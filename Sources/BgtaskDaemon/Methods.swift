@@ -225,9 +225,41 @@ extension Daemon {
         return ids.count
     }
 
+    /// When a task waiting for the charger, the person's absence or the network will likely start, from the
+    /// machine's own history; nil when it waits for none of them. Each reading's estimate is made once a call.
+    func likelyStart(_ e: Entry, wall: Double, cache: inout [String: StartEstimate.Outcome]) -> (at: Double?, text: String)? {
+        let r = readings ?? [:]
+        var waits: [(name: String, what: String, future: String)] = []
+        if e.row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
+        if e.row.kind == "processing" && !e.row.userInitiated && r["user.idle"] == .bool(false) {
+            waits.append(("user.idle", "you stepped away", "you step away"))
+        }
+        if e.row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
+        guard !waits.isEmpty else { return nil }
+        var latest: (StartEstimate.Estimate, String)?
+        for w in waits {
+            let outcome: StartEstimate.Outcome
+            if let c = cache[w.name] { outcome = c } else {
+                let rows = (try? store.transitions(w.name, since: wall - 56 * 86_400)) ?? []
+                let history = rows.compactMap { row -> StartEstimate.Change? in
+                    row.value == "true" ? .init(time: row.time, value: true) : row.value == "false" ? .init(time: row.time, value: false) : nil
+                }
+                outcome = StartEstimate.estimate(history, now: wall)
+                cache[w.name] = outcome
+            }
+            switch outcome {
+            case .unknown(let why): return (nil, "no estimate of when \(w.future): \(why)")
+            case .likely(let est): if latest == nil || est.at > latest!.0.at { latest = (est, w.what) }
+            }
+        }
+        guard let (est, what) = latest else { return nil }
+        return (est.at, StartEstimate.text(est, what: what, now: wall))
+    }
+
     func listPending() -> [[String: BusValue]] {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
+        var estimates: [String: StartEstimate.Outcome] = [:]
         return all.filter(\.isWaiting).map { e in
             var d: [String: BusValue] = ["id": .string(e.row.id), "app": .string(e.row.app), "kind": .string(e.row.kind),
                                          "command": .strings(e.row.command), "submitted": .double(e.row.submitted),
@@ -243,6 +275,10 @@ extension Daemon {
             if let t = e.row.earliest { d["earliest"] = .double(t) }
             if let t = e.row.every { d["every"] = .double(t) }
             if let c = e.row.calendar { d["calendar"] = .string(c) }
+            if let l = likelyStart(e, wall: wall, cache: &estimates) {
+                d["likely"] = .string(l.text)
+                if let at = l.at { d["likely_start"] = .double(at) }
+            }
             if let w = e.row.window { d["window"] = .string(w) }
             d["unmet"] = .dicts(unmet(e, now, wall: wall))
             // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).

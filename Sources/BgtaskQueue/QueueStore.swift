@@ -162,8 +162,8 @@ public final class QueueStore: @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let file = "queue.sqlite"
-    static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing"],
-                                    migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing", "v6-calendar-window"],
+    static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing", "transition"],
+                                    migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing", "v6-calendar-window", "v7-transitions"],
                                     what: "queue")
 
     /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
@@ -251,6 +251,16 @@ public final class QueueStore: @unchecked Sendable {
                     t.add(column: "calendar", .text)
                     t.add(column: "window", .text)
                 }
+            }
+            m.registerMigration("v7-transitions") { db in
+                // The machine's history of a few readings (the charger, the person, heat, the network), for the
+                // learned start estimate and `bgtask report`; kept 60 days.
+                try db.create(table: "transition") { t in
+                    t.column("time", .double).notNull()
+                    t.column("name", .text).notNull()
+                    t.column("value", .text).notNull()
+                }
+                try db.create(index: "transition_name_time", on: "transition", columns: ["name", "time"])
             }
             try m.migrate(db)
         } catch let e as QueueError {
@@ -341,6 +351,33 @@ public final class QueueStore: @unchecked Sendable {
             try db.execute(sql: "INSERT INTO app_standing (app, ended) VALUES (?, ?) ON CONFLICT (app) DO UPDATE SET ended = excluded.ended",
                            arguments: [app, ended])
         }
+    }
+
+    /// Readings that changed, as the daemon saw them (`name`, its value as text), in one transaction.
+    public func recordTransitions(_ changes: [(time: Double, name: String, value: String)]) throws {
+        guard !changes.isEmpty else { return }
+        try db.write { db in
+            for c in changes {
+                try db.execute(sql: "INSERT INTO transition (time, name, value) VALUES (?, ?, ?)", arguments: [c.time, c.name, c.value])
+            }
+        }
+    }
+
+    /// One reading's changes since `since`, oldest first — with the last change before it, so the value at
+    /// `since` is known.
+    public func transitions(_ name: String, since: Double) throws -> [(time: Double, value: String)] {
+        try db.read { db in
+            let sql = """
+                SELECT time, value FROM (SELECT time, value FROM transition WHERE name = ? AND time < ? ORDER BY time DESC LIMIT 1)
+                UNION ALL SELECT time, value FROM transition WHERE name = ? AND time >= ? ORDER BY time
+                """
+            return try Row.fetchAll(db, sql: sql, arguments: [name, since, name, since]).map { ($0["time"], $0["value"]) }
+        }
+    }
+
+    /// Forgets changes older than `before` (the history is kept 60 days).
+    public func pruneTransitions(before: Double) throws {
+        try db.write { try $0.execute(sql: "DELETE FROM transition WHERE time < ?", arguments: [before]) }
     }
 
     public func count(app: String) throws -> Int {

@@ -39,7 +39,7 @@ enum DaemonClient {
     }
 
     /// A bus value as JSON, for `--json`.
-    static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run"]
+    static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run", "likely_start"]
 
     static func json(_ v: BusValue) -> JSONValue {
         switch v {

@@ -66,6 +66,7 @@ extension Bgtask {
             if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
             if let c = t["calendar"]?.string { line += " (on calendar '\(c)')" }
             if let w = t["window"]?.string { line += " (between \(w))" }
+            if let l = t["likely"]?.string { line += "; \(l)" }
             out(line)
             for u in Pending.unmet(t) {
                 let at = u["rule"]?.string.map { " — rule \($0) (\(u["location"]?.string ?? ""))" } ?? ""

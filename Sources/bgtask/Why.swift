@@ -118,6 +118,7 @@ extension Bgtask {
             if let w = t["window"]?.string { parts.append("between \(w)") }
             if case .double(let at)? = t["earliest"], at > wallClockNow() { parts.append("not before \(untilText(at))") }
             else if let reason = t["reason"]?.string { parts.append("waiting: \(reason)") }
+            if let l = t["likely"]?.string { parts.append(l) }
             return "Next: " + parts.joined(separator: ", ") + "."
         }
     }

@@ -636,3 +636,35 @@ struct JournaldTests {
                 && out.contains("BGTASK_EXIT_STATUS=0"), "\(out)")
     }
 }
+
+extension UmockdevIntegrationTests {
+    @Test("bgtaskd keeps the charger's history as it changes (no wake-up of its own) and a task waiting for it says when it will likely start — or that there is not enough history yet")
+    func chargerHistoryAndEstimate() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-fast.toml", immediatePowerRule)
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        #expect(try d.bgtask(["submit", "--id", "backup", "--ignore-idle", "--requires-external-power", "--", "true"]).0 == 0)
+        _ = try #require(d.said("backup: waiting"), "\(d.daemon?.stderr ?? "")")
+        let waiting = try #require(try d.pending().first { $0["id"] as? String == "backup" })
+        #expect((waiting["likely"] as? String)?.hasPrefix("no estimate of when the charger comes: not enough history yet") == true, "\(waiting)")
+        let (_, long, _) = try d.bgtask(["pending", "--long"])
+        #expect(long.contains("no estimate of when the charger comes"), "\(long)")
+
+        tb.plug(laptop, true)
+        _ = try #require(d.said("backup: finished"), "\(d.daemon?.stderr ?? "")")
+        tb.plug(laptop, false)
+        #expect(try d.bgtask(["submit", "--id", "again", "--ignore-idle", "--requires-external-power", "--", "true"]).0 == 0)
+        _ = try #require(d.said("again: waiting"), "\(d.daemon?.stderr ?? "")")
+        // The history in the state database: false (at start), true (plugged), false (unplugged).
+        let db = p.dir.appendingPathComponent("state/queue.sqlite").path
+        let (s, rows, e) = try Child.run("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)
+            print(' '.join(v for (v,) in c.execute("SELECT value FROM transition WHERE name = 'power.external' ORDER BY time")))
+            """, db], deadline: 20)
+        #expect(s == 0 && rows.trimmingCharacters(in: .whitespacesAndNewlines) == "false true false", "\(rows) \(e)")
+    }
+}
