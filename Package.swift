@@ -88,7 +88,7 @@ let package = Package(
 
         .executableTarget(name: "bgtask", dependencies: [
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
-            "CICUNoData", "CLinux",
+            "CICUNoData", "CLinux", "BgtaskQueue",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.

@@ -375,6 +375,27 @@ public final class QueueStore: @unchecked Sendable {
         }
     }
 
+    /// The readings' history as another process reads it (`bgtask report`): the file opened read-only, not
+    /// migrated, nothing written; each name's changes from the last one before `since` on. Empty without a file.
+    public static func readTransitions(path: String, names: [String], since: Double) throws -> [String: [(time: Double, value: String)]] {
+        guard access(path, R_OK) == 0 else { return [:] }
+        var config = Configuration()
+        config.readonly = true
+        let db = try DatabaseQueue(path: path, configuration: config)
+        return try db.read { db in
+            guard try db.tableExists("transition") else { return [:] }
+            var out: [String: [(time: Double, value: String)]] = [:]
+            for name in names {
+                let sql = """
+                    SELECT time, value FROM (SELECT time, value FROM transition WHERE name = ? AND time < ? ORDER BY time DESC LIMIT 1)
+                    UNION ALL SELECT time, value FROM transition WHERE name = ? AND time >= ? ORDER BY time
+                    """
+                out[name] = try Row.fetchAll(db, sql: sql, arguments: [name, since, name, since]).map { ($0["time"], $0["value"]) }
+            }
+            return out
+        }
+    }
+
     /// Forgets changes older than `before` (the history is kept 60 days).
     public func pruneTransitions(before: Double) throws {
         try db.write { try $0.execute(sql: "DELETE FROM transition WHERE time < ?", arguments: [before]) }

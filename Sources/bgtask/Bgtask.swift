@@ -13,7 +13,7 @@ struct Bgtask: ParsableCommand {
         abstract: "Run background work when the machine can afford it: on the charger, cool, online.",
         version: bgtaskVersion,
         subcommands: [Run.self, Submit.self, Pending.self, Tasks.self, Cancel.self, Output.self, Debug.self, Apps.self,
-                      Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self, Calendar.self, Metrics.self, Doctor.self])
+                      Why.self, Log.self, Status.self, Watch.self, PolicyCommand.self, Calendar.self, Metrics.self, Report.self, Doctor.self])
 
     /// Subcommands that scripts and status bars call over and over. Parsed on their own, they skip building every
     /// other subcommand's arguments — reflection and protocol-conformance look-ups that were a third of

@@ -30,6 +30,10 @@ extension Bgtask.PolicyCommand {
         @Flag(name: .long, help: "Give up at once if it cannot start, as `run --no-wait`.")
         var noWait = false
 
+        @Option(name: .long, help: ArgumentHelp("Also draw the task against the trace's readings into this HTML page (as `bgtask report` does).", valueName: "file"),
+                completion: .file(extensions: ["html"]))
+        var html: String?
+
         @Flag(name: .long, help: "Print JSON: one object per event.")
         var json = false
 
@@ -53,6 +57,65 @@ extension Bgtask.PolicyCommand {
             for e in events {
                 print(json ? e.json.rendered : Terminal.safe(e.text, keepNewlines: true))
             }
+            if let path = html {
+                let page = Simulate.timeline(task: t, records: records, events: events, trace: trace).html()
+                do { try Bgtask.Metrics.writeAtomically(page, to: path) } catch {
+                    err("\(error)", status: ExitStatus.cantCreate)
+                    throw ExitCode(ExitStatus.cantCreate)
+                }
+            }
+        }
+
+        /// The simulated task against the trace's readings.
+        static func timeline(task: TaskFields, records: [TraceRecord], events: [SimulationEvent], trace: String) -> Timeline {
+            let start = records.first?.time ?? 0
+            let end = max(records.last?.time ?? start, events.last?.time ?? start) + 60
+            var t = Timeline(start: start, end: end, title: "bgtask policy simulate: \(task.id) on \(trace)")
+            func text(_ v: PolicyValue?) -> String {
+                switch v ?? .null {
+                case .null: return "null"
+                case .bool(let b): return b ? "true" : "false"
+                case .number(let n), .duration(let n): return String(Int(n.rounded()))
+                case .string(let s): return s
+                case .list: return "list"
+                }
+            }
+            var history: [String: [(time: Double, value: String)]] = [:]
+            for name in ["power.external", "battery.percent", "thermal.state", "thermal.celsius", "user.idle", "network.online"] {
+                var changes: [(time: Double, value: String)] = []
+                for r in records where r.conditions[name] != nil {
+                    let v = text(r.conditions[name])
+                    if changes.last?.value != v { changes.append((r.time, v)) }
+                }
+                if !changes.isEmpty { history[name] = changes }
+            }
+            Bgtask.Report.readings(history, into: &t)
+            var taskEvents: [Timeline.TaskEvent] = []
+            for e in events {
+                let m = e.decision.matches.first
+                let rule = m.map { "\($0.ruleID) (\($0.location))" }
+                if e.actions.isEmpty, e.phase == .waiting, e.decision.verdict != .run {
+                    taskEvents.append(.init(time: e.time, event: "deferred", detail: "", rule: rule, reason: m?.reason))
+                }
+                for a in e.actions {
+                    let (name, detail): (String?, String) = {
+                        switch a {
+                        case .start: return ("started", "")
+                        case .throttle(let p): return ("throttled", "\(p)%")
+                        case .unthrottle: return ("unthrottled", "")
+                        case .pause: return ("paused", "")
+                        case .resume: return ("resumed", "")
+                        case .expire: return ("expired", "")
+                        case .kill: return ("killed", "")
+                        case .giveUp(let r): return ("gave-up", r)
+                        default: return (nil, "")
+                        }
+                    }()
+                    if let n = name { taskEvents.append(.init(time: e.time, event: n, detail: detail, rule: rule, reason: m?.reason)) }
+                }
+            }
+            t.addTask(task.id, events: taskEvents)
+            return t
         }
     }
 }
