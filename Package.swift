@@ -94,7 +94,7 @@ let package = Package(
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
         .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes", "CLinux"], path: "Tests/Support", exclude: ["dbusmock"]),
         .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",
-                                                               "BgtaskBus", "BgtaskQueue"],
+                                                               "BgtaskBus", "BgtaskQueue", "BgtaskCore"],
                           path: "Benchmarks/bgtask-bench"),
 
         .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],

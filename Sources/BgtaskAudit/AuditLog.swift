@@ -70,7 +70,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
     public static let retentionDays = 30.0
-    static let kind = StateDatabase(applicationID: "bgtA", tables: ["decision", "task"], migrations: ["v1", "v2 task index"],
+    static let kind = StateDatabase(applicationID: "bgtA", tables: ["decision", "task"], migrations: ["v1", "v2 task index", "v3 energy", "v4 ends index"],
                                     what: "audit trail")
 
     /// Frees SQLite's page cache (a daemon's start prunes and reads the trail).
@@ -203,6 +203,10 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
                 t.add(column: "energy", .text)
             }
         }
+        // The runs that ended in a window (`bgtask metrics`), found without reading the waits of a long queue.
+        m.registerMigration("v4 ends index") { db in
+            try db.create(index: "decision_event_time", on: "decision", columns: ["event", "time"])
+        }
         return m
     }
 
@@ -277,6 +281,19 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             if let s = since { q = q.filter(Column("time") >= s) }
             if let r = run { q = q.filter(Column("run_id") == r) }
             return try q.order(Column("id")).fetchAll(db)
+        }
+    }
+
+    /// The entries of the runs that ended (finished or gave up) since `since`, run by run, each in order: only those
+    /// runs are read, not the waits of a queue of thousands still pending — and in the run index's own order, so
+    /// SQLite sorts nothing (a sort by id spilled every row, rules and readings included, to a temporary file).
+    public func entriesOfRuns(endedSince since: Double) throws -> [AuditEntry] {
+        try db.read { db in
+            try AuditEntry.fetchAll(db, sql: """
+                SELECT * FROM decision WHERE run_id IN
+                  (SELECT run_id FROM decision WHERE event IN ('finished', 'gave-up') AND time >= ?)
+                ORDER BY run_id, id
+                """, arguments: [since])
         }
     }
 

@@ -56,7 +56,7 @@ extension Bgtask {
 
         /// The runs that ended since `since`, from the audit trail (none when there is no trail yet).
         static func runs(since: Double) -> [Run] {
-            guard let audit = (try? State.audit(write: false)) ?? nil, let entries = try? audit.entries(since: since - 86_400) else { return [] }
+            guard let audit = (try? State.audit(write: false)) ?? nil, let entries = try? audit.entriesOfRuns(endedSince: since) else { return [] }
             var byRun: [String: [AuditEntry]] = [:]
             for e in entries { byRun[e.runID, default: []].append(e) }
             var out: [Run] = []
