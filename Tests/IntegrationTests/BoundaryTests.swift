@@ -285,6 +285,25 @@ struct BoundaryTests {
         #expect(try d.bgtask(["pending"]).0 == 0)
     }
 
+    @Test("Submit's on_calendar and window: a wrong type, a bad expression, an absurd length or a never-again date is InvalidArgs naming it, and nothing is queued")
+    func calendarAndWindowInputs() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let long = String(repeating: "1,", count: 400) + "1:00"
+        for (opts, says) in [("'on_calendar': <42>", "on_calendar must be a string"), ("'on_calendar': <'Fri 13'>", "is not a calendar event"),
+                             ("'on_calendar': <'\(long)'>", "longer than 256"), ("'on_calendar': <'2001-01-01'>", "never elapses again"),
+                             ("'on_calendar': <'daily'>, 'every': <3600.0>", "exclude each other"),
+                             ("'window': <'25:00-01:00'>", "window must be HH:MM-HH:MM"), ("'window': <7>", "window must be HH:MM-HH:MM")] {
+            let r = try d.call("Submit", "({'id': <'cal'>, \(opts)}, ['true'])", dir: p.dir)
+            #expect(r.hasPrefix("ERR org.freedesktop.DBus.Error.InvalidArgs") && r.contains(says), "\(opts): \(r.prefix(300))")
+        }
+        #expect(try d.pending().isEmpty)
+        let ok = try d.call("Submit", "({'id': <'cal'>, 'on_calendar': <'Mon..Fri 01:00'>, 'window': <'01:00-06:00'>}, ['true'])", dir: p.dir)
+        #expect(ok.contains("'cal'"), "\(ok)")
+        let cal = try #require(try d.pending().first)
+        #expect(cal["calendar"] as? String == "Mon..Fri 01:00" && cal["window"] as? String == "01:00-06:00", "\(cal)")
+    }
+
     @Test("a foreign SQLite file that borrows bgtask's table names is refused untouched (queue and audit trail); why on a state path that is a file says so")
     func foreignDatabasesAreNotTouched() throws {
         let p = try PolicyEnv()
