@@ -98,6 +98,7 @@ final class TaskObserver: RunObserver {
 public final class Daemon {
     /// The last value of each of `historyNames` written to the history.
     var recordedHistory: [String: String] = [:]
+    var recordedHistoryAt: [String: Double] = [:]
     /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
     var midnightFD: Int32 = -1
     /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
@@ -234,7 +235,11 @@ public final class Daemon {
             guard recordedHistory[name] != text else { continue }
             if name == "thermal.celsius" || name == "battery.percent", let old = recordedHistory[name].flatMap(Double.init),
                let new = Double(text), abs(old - new) < 2 { continue }
+            // A temperature read every 2 s can swing by 2 °C all day: at most one row a minute for it, so 60
+            // days stay a bounded history (~86,000 rows), not one of millions.
+            if name == "thermal.celsius", let last = recordedHistoryAt[name], now - last < 60 { continue }
             recordedHistory[name] = text
+            recordedHistoryAt[name] = now
             changes.append((now, name, text))
         }
         do { try store.recordTransitions(changes) } catch { say("cannot keep the readings' history: \(error)") }
