@@ -97,6 +97,43 @@ struct CompletionTests {
         #expect(kind.contains("processing") && kind.contains("regular"), "\(kind)")
     }
 
+    @Test("zsh: the command after -- and the command without -- complete as commands, in a real terminal",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") && FileManager.default.isExecutableFile(atPath: "/usr/bin/zsh"),
+                   "tmux or zsh is not installed"))
+    func zshInATerminal() throws {
+        let completion = try Self.scripts()
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-zsh-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        try "fpath=('\(completion.path)' $fpath)\nautoload -U compinit && compinit -u\nPS1='zready%% '\n"
+            .write(to: home.appendingPathComponent(".zshrc"), atomically: true, encoding: .utf8)
+        let socket = "bgtask-zsh-\(UUID().uuidString.prefix(8))"
+        var env = Child.environment(["ZDOTDIR": home.path, "HOME": home.path, "TERM": "xterm"])
+        env["PATH"] = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().path + ":/usr/bin:/bin"
+        let (s, _, e) = try Child.run("/usr/bin/tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", "160", "-y", "40", "zsh -i"],
+                                      environment: env, deadline: 20)
+        try #require(s == 0, "tmux: \(e)")
+        defer { _ = try? Child.run("/usr/bin/tmux", ["-L", socket, "kill-server"], deadline: 10) }
+        func screen(until done: (String) -> Bool) throws -> String {
+            let end = Date().addingTimeInterval(10)
+            var out = ""
+            repeat {
+                out = try Child.run("/usr/bin/tmux", ["-L", socket, "capture-pane", "-p", "-t", "0"], deadline: 10).1
+                if done(out) { break }
+                usleep(50_000)
+            } while Date() < end
+            return out
+        }
+        func type(_ keys: String...) throws { for k in keys { _ = try Child.run("/usr/bin/tmux", ["-L", socket, "send-keys", "-t", "0", k], deadline: 10) } }
+        _ = try screen { $0.contains("zready") }
+        try type("bgtask run --id x -- printen", "Tab")
+        let after = try screen { $0.contains("printenv") }
+        #expect(after.contains("-- printenv"), "\(after)")
+        try type("C-u")
+        try type("bgtask submit --every 1d printen", "Tab")
+        let plain = try screen { $0.contains("1d printenv") }
+        #expect(plain.contains("--every 1d printenv"), "\(plain)")
+    }
+
     @Test("fish: the command of run/submit completes as a command line, after -- or from its first word; options still complete",
           .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/fish"), "fish is not installed"))
     func fish() throws {
