@@ -366,13 +366,7 @@ public final class QueueStore: @unchecked Sendable {
     /// One reading's changes since `since`, oldest first — with the last change before it, so the value at
     /// `since` is known.
     public func transitions(_ name: String, since: Double) throws -> [(time: Double, value: String)] {
-        try db.read { db in
-            let sql = """
-                SELECT time, value FROM (SELECT time, value FROM transition WHERE name = ? AND time < ? ORDER BY time DESC LIMIT 1)
-                UNION ALL SELECT time, value FROM transition WHERE name = ? AND time >= ? ORDER BY time
-                """
-            return try Row.fetchAll(db, sql: sql, arguments: [name, since, name, since]).map { ($0["time"], $0["value"]) }
-        }
+        try db.read { try QueueStore.transitions($0, name, since: since) }
     }
 
     /// The readings' history as another process reads it (`bgtask report`): the file opened read-only, not
@@ -385,15 +379,17 @@ public final class QueueStore: @unchecked Sendable {
         return try db.read { db in
             guard try db.tableExists("transition") else { return [:] }
             var out: [String: [(time: Double, value: String)]] = [:]
-            for name in names {
-                let sql = """
-                    SELECT time, value FROM (SELECT time, value FROM transition WHERE name = ? AND time < ? ORDER BY time DESC LIMIT 1)
-                    UNION ALL SELECT time, value FROM transition WHERE name = ? AND time >= ? ORDER BY time
-                    """
-                out[name] = try Row.fetchAll(db, sql: sql, arguments: [name, since, name, since]).map { ($0["time"], $0["value"]) }
-            }
+            for name in names { out[name] = try QueueStore.transitions(db, name, since: since) }
             return out
         }
+    }
+
+    static func transitions(_ db: Database, _ name: String, since: Double) throws -> [(time: Double, value: String)] {
+        let sql = """
+            SELECT time, value FROM (SELECT time, value FROM transition WHERE name = ? AND time < ? ORDER BY time DESC LIMIT 1)
+            UNION ALL SELECT time, value FROM transition WHERE name = ? AND time >= ? ORDER BY time
+            """
+        return try Row.fetchAll(db, sql: sql, arguments: [name, since, name, since]).map { ($0["time"], $0["value"]) }
     }
 
     /// Forgets changes older than `before` (the history is kept 60 days).
