@@ -25,11 +25,27 @@ case $step in
     a=$(systemctl --user show -p CPUUsageNSec --value "$u"); sleep 10
     b=$(systemctl --user show -p CPUUsageNSec --value "$u")
     echo $(( (b - a) / 100000000 )) ;;
-  hogs)           # hogs start|stop: two CPU hogs of the user's in app.slice
+  shares)         # shares ID: percent of a CPU used over the same 10 s by task ID's unit, hog1 and hog2
+    u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '{print $1; exit}')
+    a=$(echo $(systemctl --user show -p CPUUsageNSec --value "$u" hog1 hog2)); sleep 10
+    b=$(echo $(systemctl --user show -p CPUUsageNSec --value "$u" hog1 hog2))
+    echo $(echo "$a $b" | awk '{printf "%d %d %d", ($4 - $1) / 1e8, ($5 - $2) / 1e8, ($6 - $3) / 1e8}') ;;
+  hogs)           # hogs start|stop: two CPU hogs of the user's in app.slice; start returns once both run
     for n in 1 2; do
       if [ "$2" = start ]; then systemd-run --user --quiet --slice=app.slice --unit="hog$n" sh -c 'while :; do :; done'
       else systemctl --user stop "hog$n"; fi
-    done ;;
+    done
+    if [ "$2" = start ]; then
+      for i in $(seq 50); do
+        [ "$(echo $(systemctl --user show -p ActiveState --value hog1 hog2))" = "active active" ] && exit 0
+        sleep 0.2
+      done
+      systemctl --user status --no-pager hog1 hog2; exit 1
+    fi ;;
+  weights)        # what decides the share: background.slice's weight and cgroup cpu.idle, app.slice's weight
+    c=$(systemctl --user show -p ControlGroup --value background.slice)
+    echo "background.slice $(systemctl --user show -p CPUWeight background.slice) cpu.idle=$(cat /sys/fs/cgroup$c/cpu.idle 2>&1)" \
+      "app.slice $(systemctl --user show -p CPUWeight app.slice)" ;;
   gate-layer)     # a policy layer in directories that did not exist when bgtaskd started
     mkdir -p ~/.config/bgtask/policy.d
     printf '[[rule]]\nid = "vm.gate"\nwhen = '"'"'task.id == "gated"'"'"'\nverdict = "defer"\nreason = "held by the new layer"\n' \
