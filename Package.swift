@@ -47,7 +47,7 @@ let package = Package(
 
         // Configuration shared by the CLI and the daemon: policy layers (and the built-in default), state
         // and runtime directories by the XDG rules, and the ownership checks on them.
-        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProbes", .product(name: "TOMLKit", package: "TOMLKit")]),
+        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProtocol", "BgtaskProbes", .product(name: "TOMLKit", package: "TOMLKit")]),
 
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
         // Also the task's events for observers, the trace format, and the meeting of readings and policy values.
@@ -64,13 +64,18 @@ let package = Package(
 
         // The D-Bus side: typed values, a connection, exported objects, the GLib main loop.
         .target(name: "BgtaskBus", dependencies: ["CGio"]),
+        // The scheduler's D-Bus contract, generated at build time from data/io.github.bgtask.Scheduler1.xml (the one
+        // source): names, methods, signals, errors and the typed a{sv} values the daemon, the CLI and the library share.
+        .executableTarget(name: "bgtask-protocol-gen"),
+        .plugin(name: "BgtaskProtocolPlugin", capability: .buildTool(), dependencies: ["bgtask-protocol-gen"]),
+        .target(name: "BgtaskProtocol", dependencies: ["BgtaskBus"], plugins: ["BgtaskProtocolPlugin"]),
 
         // The daemon's queue in SQLite: pending and running requests, schedules, retries.
         .target(name: "BgtaskQueue", dependencies: ["BgtaskConfig", "BgtaskJSON", "BgtaskPolicy", "BgtaskStorage",
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
-        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
+        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskProtocol", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
                                                      "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux", "CSystemd"]),
         // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
         .target(name: "CICUNoData"),
@@ -78,7 +83,7 @@ let package = Package(
                                                           .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // The app side: BGTaskScheduler, BGTask and the requests, talking to bgtaskd's app methods.
-        .target(name: "BackgroundTasks", dependencies: ["BgtaskBus"]),
+        .target(name: "BackgroundTasks", dependencies: ["BgtaskBus", "BgtaskProtocol"]),
         // Ports of Apple's samples, run end to end in the tests (Examples/README.md).
         // Swift 5 mode, as Apple's samples are written.
         .executableTarget(name: "ColorFeed", dependencies: ["BackgroundTasks"], path: "Examples/ColorFeed",
@@ -86,14 +91,14 @@ let package = Package(
         .executableTarget(name: "Exporter", dependencies: ["BackgroundTasks"], path: "Examples/Exporter",
                           swiftSettings: [.swiftLanguageMode(.v5)]),
 
-        .executableTarget(name: "bgtask", dependencies: [
+        .executableTarget(name: "bgtask", dependencies: ["BgtaskProtocol", 
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
             "CICUNoData", "CLinux", "BgtaskQueue",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
         .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes", "CLinux"], path: "Tests/Support", exclude: ["dbusmock"]),
-        .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",
+        .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProtocol", "BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",
                                                                "BgtaskBus", "BgtaskQueue", "BgtaskCore"],
                           path: "Benchmarks/bgtask-bench"),
 
@@ -103,7 +108,7 @@ let package = Package(
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskProtocol", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes"]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

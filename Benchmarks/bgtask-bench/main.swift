@@ -6,6 +6,7 @@
 // These VMs are noisy: medians and ratios are what to read.
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskQueue
 import BgtaskCore
 import BgtaskPolicy
@@ -479,7 +480,7 @@ if want("9") {
         let d = try Child(daemonPath, ["--no-dbus"], environment: env.merging(extra) { $1 })
         // Answering: the first GetStatus that gets a reply (asked every millisecond until then).
         let client = try BusConnection(address: session.address)
-        while (try? client.call("GetStatus", [], timeoutMs: 1000)) == nil {
+        while (try? client.call(.getStatus, [], timeoutMs: 1000)) == nil {
             guard Double(now() - t0) / 1e9 < 30 else { fatalError("bgtaskd did not answer: \(d.stderr)") }
             usleep(1000)
         }
@@ -488,7 +489,7 @@ if want("9") {
     let client = try BusConnection(address: session.address)
     func submit(_ id: String, _ argv: [String]) -> Double {
         let t0 = now()
-        do throws(BusError) { _ = try client.call("Submit", [.dict(["id": .string(id), "requires_external_power": .bool(true)]), .strings(argv)]) }
+        do throws(BusError) { _ = try client.call(.submit, [.dict(["id": .string(id), "requires_external_power": .bool(true)]), .strings(argv)]) }
         catch { fatalError("submit \(id): \(error.name): \(error.message)") }
         return Double(now() - t0) / 1_000_000
     }
@@ -504,7 +505,7 @@ if want("9") {
     var floor: [Double] = []
     for _ in 0..<200 {
         let t0 = now()
-        _ = try? client.call("GetStatus", [])
+        _ = try? client.call(.getStatus, [])
         floor.append(Double(now() - t0) / 1_000_000)
         usleep(6000)
     }
@@ -543,7 +544,7 @@ if want("9") {
             Thread.sleep(forTimeInterval: 3)
         }
         let before = rssMB(daemon.process.processIdentifier)
-        _ = try client.call("ListPending", [], timeoutMs: 60_000)
+        _ = try client.call(.listPending, [], timeoutMs: 60_000)
         let after = rssMB(daemon.process.processIdentifier)
         let listedAt = now()
         untilSettled(since: listedAt)
@@ -555,7 +556,7 @@ if want("9") {
         let before = rssMB(daemon.process.processIdentifier)
         var keys: [String: BusValue] = [:]
         for i in 0..<200_000 { keys["k\(i)"] = .string("x") }
-        do throws(BusError) { _ = try client.call("Submit", [.dict(keys), .strings(["true"])], timeoutMs: 60_000) } catch {}
+        do throws(BusError) { _ = try client.call(.submit, [.dict(keys), .strings(["true"])], timeoutMs: 60_000) } catch {}
         let after = rssMB(daemon.process.processIdentifier)
         let refusedAt = now()
         untilSettled(since: refusedAt)
@@ -582,7 +583,7 @@ if want("9") {
             .compactMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         if let first = stamps.min() { firsts.append(Double(first - t0) / 1_000_000) }
         else {
-            let running = (try? client.call("ListRunning", [])).map { "\($0)" } ?? "?"
+            let running = (try? client.call(.listRunning, [])).map { "\($0)" } ?? "?"
             let log = daemon.stderr.split(separator: "\n").filter { !$0.contains("waiting") }.suffix(40).joined(separator: "\n")
             FileHandle.standardError.write(Data("round \(round): \(finished) finished, no stamps\nrunning: \(running)\n\(log)\n".utf8)); break
         }
@@ -593,7 +594,7 @@ if want("9") {
             attempt += 1
             _ = submit("sentinel-\(round)-\(attempt)", ["true"])
             guard let l = daemon.errorLine(within: 10, where: { $0.contains("sentinel-\(round)-\(attempt): ") && ($0.contains("waiting") || $0.contains("started")) }) else { fatalError("sentinel") }
-            if l.contains("waiting") { _ = try? client.call("Cancel", [.string("sentinel-\(round)-\(attempt)")]); break }
+            if l.contains("waiting") { _ = try? client.call(.cancel, [.string("sentinel-\(round)-\(attempt)")]); break }
         }
     }
     daemon.stop()
@@ -740,16 +741,16 @@ if want("12") {
     let t0 = now()
     var clients: [BusConnection] = []
     for _ in 0..<10 { clients.append(try BusConnection(address: session.address)) }
-    while (try? clients[0].call("GetStatus", [], timeoutMs: 1000)) == nil {
+    while (try? clients[0].call(.getStatus, [], timeoutMs: 1000)) == nil {
         guard Double(now() - t0) / 1e9 < 30 else { fatalError("bgtaskd did not answer: \(d.stderr)") }
         usleep(1000)
     }
     for i in 0..<10_000 {
         do throws(BusError) {
-            _ = try clients[i / 1000].call("Submit", [.dict(["id": .string("wait-\(i)"), "requires_external_power": .bool(true)]), .strings(["true"])])
+            _ = try clients[i / 1000].call(.submit, [.dict(["id": .string("wait-\(i)"), "requires_external_power": .bool(true)]), .strings(["true"])])
         } catch { fatalError("submit \(i): \(error.message)") }
     }
-    guard case .dict(let status)? = try clients[0].call("GetStatus", [], timeoutMs: 5000).first, status["pending"]?.number == 10_000 else {
+    guard case .dict(let status)? = try clients[0].call(.getStatus, [], timeoutMs: 5000).first, status["pending"]?.number == 10_000 else {
         fatalError("bgtaskd does not hold 10,000 pending tasks")
     }
     let metrics = timeProcess(Child.bgtaskPath, ["metrics"], n: 20, env: daemonEnv)

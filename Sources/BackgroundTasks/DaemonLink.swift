@@ -1,4 +1,5 @@
 import BgtaskBus
+import BgtaskProtocol
 import Foundation
 
 /// The library's side of the app methods (docs/protocol.md): one private session-bus connection, a thread
@@ -58,14 +59,14 @@ final class DaemonLink: @unchecked Sendable {
         thread = t
         // Subscribed from the bus thread, so the signals are dispatched there.
         t.sync {
-            for member in ["Launch", "Expire"] {
-                b.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: member, path: SchedulerBus.path) { [weak self] m, args in
+            for signal in [SchedulerSignal.launch, .expire] {
+                b.subscribe(signal) { [weak self] _, args in
                     guard let self, args.count == 3, let app = args[0].string, let id = args[1].string, let third = args[2].string else { return }
-                    if m == "Launch" { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
+                    if signal == .launch { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
                 }
             }
             #if !canImport(Darwin)
-            b.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: "ConditionsChanged", path: SchedulerBus.path) { _, args in
+            b.subscribe(.conditionsChanged) { _, args in
                 if case .dict(let d)? = args.first { SystemConditions.shared.changed(d) }
             }
             #endif
@@ -79,7 +80,7 @@ final class DaemonLink: @unchecked Sendable {
         return .success((b, t))
     }
 
-    func call(_ method: String, _ args: [BusValue]) -> Result<[BusValue], BGTaskScheduler.Error> {
+    func call(_ method: SchedulerMethod, _ args: [BusValue]) -> Result<[BusValue], BGTaskScheduler.Error> {
         switch connection() {
         case .failure(let e): return .failure(e)
         case .success(let (b, _)):
@@ -90,10 +91,10 @@ final class DaemonLink: @unchecked Sendable {
     }
 
     static func map(_ e: BusError) -> BGTaskScheduler.Error {
-        switch e.name {
-        case SchedulerBus.ErrorName.tooManyPending: return .init(.tooManyPendingTaskRequests, message: e.message)
-        case SchedulerBus.ErrorName.notPermitted, SchedulerBus.ErrorName.invalidArgs: return .init(.notPermitted, message: e.message)
-        case SchedulerBus.ErrorName.immediateRunIneligible: return .init(.immediateRunIneligible, message: e.message)
+        switch SchedulerError(rawValue: e.name) {
+        case .tooManyPending: return .init(.tooManyPendingTaskRequests, message: e.message)
+        case .notPermitted, .invalidArgs: return .init(.notPermitted, message: e.message)
+        case .immediateRunIneligible: return .init(.immediateRunIneligible, message: e.message)
         default: return .init(.unavailable, message: e.message)
         }
     }
@@ -104,20 +105,21 @@ final class DaemonLink: @unchecked Sendable {
             lock.withLock { if appID == nil { appID = a } }
             return .success(a)
         }
-        guard case .success(let reply) = call("ListApps", []), case .dicts(let apps)? = reply.first else {
+        guard case .success(let reply) = call(.listApps, []), case .dicts(let apps)? = reply.first else {
             return .failure(.init(.unavailable, message: "bgtaskd is not reachable on the session bus"))
         }
-        let candidates = apps.compactMap { a -> String? in
-            guard let id = a["id"]?.string, let idents = a["identifiers"]?.strings else { return nil }
-            return idents.contains { DaemonLink.permits($0, identifier) } ? id : nil
+        let infos = apps.compactMap { try? AppInfo(variant: $0) }
+        let candidates = infos.compactMap { a -> String? in
+            guard let id = a.id, let idents = a.identifiers else { return nil }
+            return idents.contains { IdentifierPattern.permits($0, identifier) } ? id : nil
         }
         switch candidates.count {
         case 1:
             lock.withLock { appID = candidates[0] }
             return .success(candidates[0])
-        case 0 where apps.allSatisfy({ $0["id"] == nil }):
+        case 0 where infos.allSatisfy({ $0.id == nil }):
             // No manifest at all (or only broken ones): the manifest is what is missing, not an identifier in it.
-            let broken = apps.compactMap { $0["error"]?.string }
+            let broken = infos.compactMap(\.error)
             return .failure(.init(.notPermitted, message: "no app manifest is installed for this app: create ~/.local/share/bgtask/apps/APP-ID.toml "
                                   + "with permitted_identifiers = [\"\(identifier)\"]" + (broken.isEmpty ? "" : " (skipped: \(broken.joined(separator: "; ")))")))
         case 0:
@@ -125,15 +127,6 @@ final class DaemonLink: @unchecked Sendable {
         default:
             return .failure(.init(.notPermitted, message: "several app manifests permit \(identifier) (\(candidates.sorted().joined(separator: ", "))): set BGTASK_APP_ID or BGTaskScheduler.shared.applicationIdentifier"))
         }
-    }
-
-    /// A manifest entry permits an identifier exactly, or as `prefix.*` with a non-empty suffix.
-    static func permits(_ entry: String, _ identifier: String) -> Bool {
-        if entry.hasSuffix(".*") {
-            let prefix = entry.dropLast()
-            return identifier.count > prefix.count && identifier.hasPrefix(prefix)
-        }
-        return entry == identifier
     }
 
     // MARK: Registering and saying ready
@@ -159,7 +152,7 @@ final class DaemonLink: @unchecked Sendable {
             return false
         case .success(let a): app = a
         }
-        if case .failure(let e) = call("AppRegister", [.string(app), .string(identifier)]) {
+        if case .failure(let e) = call(.appRegister, [.string(app), .string(identifier)]) {
             DaemonLink.warn("cannot register \(identifier): \(e.errorDescription ?? "")")
             return false
         }
@@ -194,14 +187,14 @@ final class DaemonLink: @unchecked Sendable {
             return appID
         }
         guard let app else { return }
-        if case .failure(let e) = call("AppReady", [.string(app)]) { DaemonLink.warn("cannot tell bgtaskd the app is ready: \(e.errorDescription ?? "")") }
+        if case .failure(let e) = call(.appReady, [.string(app)]) { DaemonLink.warn("cannot tell bgtaskd the app is ready: \(e.errorDescription ?? "")") }
     }
 
     func daemonRestarted() {
         let (app, ids, wasReady) = lock.withLock { (appID, Array(handlers.keys), readySent) }
         guard let app, !ids.isEmpty else { return }
-        for id in ids.sorted() { _ = call("AppRegister", [.string(app), .string(id)]) }
-        if wasReady { _ = call("AppReady", [.string(app)]) }
+        for id in ids.sorted() { _ = call(.appRegister, [.string(app), .string(id)]) }
+        if wasReady { _ = call(.appReady, [.string(app)]) }
     }
 
     // MARK: Launches and expirations (on the bus thread)
@@ -221,12 +214,12 @@ final class DaemonLink: @unchecked Sendable {
             // The library's failure, not the app's: said to bgtaskd as such (not as an unsuccessful completion).
             let why = "no launch handler is registered for \(identifier) (register it before the app finishes launching)"
             DaemonLink.warn(why)
-            _ = call("AppLaunchReceived", [.string(app), .string(identifier), .bool(false), .string(why)])
+            _ = call(.appLaunchReceived, [.string(app), .string(identifier), .bool(false), .string(why)])
             return
         }
         lock.withLock { running[identifier] = task }
         // Said before the handler can run (and complete): a process that leaves before this is launched again.
-        _ = call("AppLaunchReceived", [.string(app), .string(identifier), .bool(true), .string("")])
+        _ = call(.appLaunchReceived, [.string(app), .string(identifier), .bool(true), .string("")])
         if let c = task as? BGContinuedProcessingTask { sample(c) }
         registration.queue.async { registration.handler(task) }
     }
@@ -265,7 +258,7 @@ final class DaemonLink: @unchecked Sendable {
             return appID
         }
         guard let app else { return }
-        _ = call("AppProgress", [.string(app), .string(task.identifier), .uint64(UInt64(now.0)), .uint64(UInt64(now.1))])
+        _ = call(.appProgress, [.string(app), .string(task.identifier), .uint64(UInt64(now.0)), .uint64(UInt64(now.1))])
     }
 
     // MARK: Calls from the app's tasks
@@ -280,7 +273,7 @@ final class DaemonLink: @unchecked Sendable {
         lock.withLock { lastProgress[task.identifier] = nil }
         guard let app = currentAppID else { return }
         // "not running": the daemon ended it already (its grace ran out); nothing is lost.
-        if case .failure(let e) = call("AppComplete", [.string(app), .string(task.identifier), .bool(success)]), !e.message.contains("not running") {
+        if case .failure(let e) = call(.appComplete, [.string(app), .string(task.identifier), .bool(success)]), !e.message.contains("not running") {
             DaemonLink.warn("completing \(task.identifier): \(e.errorDescription ?? "")")
         }
     }
@@ -288,7 +281,7 @@ final class DaemonLink: @unchecked Sendable {
     func updateTitle(_ task: BGContinuedProcessingTask, title: String, subtitle: String) {
         lock.withLock { titles[task.identifier] = (title, subtitle) }
         guard let app = currentAppID else { return }
-        if case .failure(let e) = call("AppUpdateTitle", [.string(app), .string(task.identifier), .string(title), .string(subtitle)]) {
+        if case .failure(let e) = call(.appUpdateTitle, [.string(app), .string(task.identifier), .string(title), .string(subtitle)]) {
             DaemonLink.warn("updating the title of \(task.identifier): \(e.errorDescription ?? "")")
         }
     }
@@ -304,33 +297,33 @@ final class DaemonLink: @unchecked Sendable {
         case .failure(let e): throw e
         case .success(let a): app = a
         }
-        var opts: [String: BusValue] = ["identifier": .string(r.identifier), "kind": .string(r.kind)]
+        var request = AppRequest(identifier: r.identifier, kind: r.kind)
         // Apple ignores a continued request's earliestBeginDate in favour of now.
         if r.kind != "continued", let d = r.earliestBeginDate {
             let now = Date().timeIntervalSince1970
-            opts["earliest"] = .double(min(max(0, d.timeIntervalSince1970), now + 3600 * 86_400))
+            request.earliest = min(max(0, d.timeIntervalSince1970), now + RequestBounds.farthestAhead - 86_400)
         }
         if let p = r as? BGProcessingTaskRequest {
-            opts["requires_network"] = .bool(p.requiresNetworkConnectivity)
-            opts["requires_external_power"] = .bool(p.requiresExternalPower)
+            request.requiresNetwork = p.requiresNetworkConnectivity
+            request.requiresExternalPower = p.requiresExternalPower
         }
         if let c = r as? BGContinuedProcessingTaskRequest {
-            opts["title"] = .string(c.title)
-            opts["subtitle"] = .string(c.subtitle)
-            opts["strategy"] = .string(c.strategy == .fail ? "fail" : "queue")
-            opts["resources"] = .strings(c.requiredResources.contains(.gpu) ? ["gpu"] : [])
+            request.title = c.title
+            request.subtitle = c.subtitle
+            request.strategy = c.strategy == .fail ? "fail" : "queue"
+            request.resources = c.requiredResources.contains(.gpu) ? ["gpu"] : []
             // The launch can arrive before the reply does.
             lock.withLock { titles[c.identifier] = (c.title, c.subtitle) }
         }
         // Ready first: a continued task is delivered as soon as it starts.
         sendReady()
-        if case .failure(let e) = call("AppSubmit", [.string(app), .dict(opts)]) { throw e }
+        if case .failure(let e) = call(.appSubmit, [.string(app), .dict(request.variant)]) { throw e }
     }
 
     func cancel(_ identifier: String) {
         guard case .success(let app) = resolveApp(for: identifier) else { return }
         sendReady()
-        if case .failure(let e) = call("AppCancel", [.string(app), .string(identifier)]) {
+        if case .failure(let e) = call(.appCancel, [.string(app), .string(identifier)]) {
             DaemonLink.warn("cancelling \(identifier): \(e.errorDescription ?? "")")
         }
     }
@@ -338,36 +331,36 @@ final class DaemonLink: @unchecked Sendable {
     func cancelAll() {
         guard let app = currentAppID else { return }
         sendReady()
-        if case .failure(let e) = call("AppCancelAll", [.string(app)]) { DaemonLink.warn("cancelling all: \(e.errorDescription ?? "")") }
+        if case .failure(let e) = call(.appCancelAll, [.string(app)]) { DaemonLink.warn("cancelling all: \(e.errorDescription ?? "")") }
     }
 
     func pending() -> [BGTaskRequest] {
         guard let app = currentAppID else { return [] }
         sendReady()
-        guard case .success(let reply) = call("AppPending", [.string(app)]), case .dicts(let rows)? = reply.first else { return [] }
+        guard case .success(let reply) = call(.appPending, [.string(app)]), case .dicts(let rows)? = reply.first else { return [] }
         return rows.compactMap { d -> BGTaskRequest? in
-            guard let id = d["identifier"]?.string else { return nil }
+            guard let t = try? AppPendingTask(variant: d) else { return nil }
             let r: BGTaskRequest
-            switch d["kind"]?.string {
-            case "refresh": r = BGAppRefreshTaskRequest(identifier: id)
+            switch t.kind {
+            case "refresh": r = BGAppRefreshTaskRequest(identifier: t.identifier)
             case "continued":
-                let c = BGContinuedProcessingTaskRequest(identifier: id, title: d["title"]?.string ?? "", subtitle: d["subtitle"]?.string ?? "")
-                c.strategy = d["strategy"]?.string == "fail" ? .fail : .queue
-                c.requiredResources = (d["resources"]?.strings ?? []).contains("gpu") ? .gpu : .default
+                let c = BGContinuedProcessingTaskRequest(identifier: t.identifier, title: t.title ?? "", subtitle: t.subtitle ?? "")
+                c.strategy = t.strategy == "fail" ? .fail : .queue
+                c.requiredResources = (t.resources ?? []).contains("gpu") ? .gpu : .default
                 r = c
             default:
-                let p = BGProcessingTaskRequest(identifier: id)
-                p.requiresNetworkConnectivity = d["requires_network"]?.bool ?? false
-                p.requiresExternalPower = d["requires_external_power"]?.bool ?? false
+                let p = BGProcessingTaskRequest(identifier: t.identifier)
+                p.requiresNetworkConnectivity = t.requiresNetwork ?? false
+                p.requiresExternalPower = t.requiresExternalPower ?? false
                 r = p
             }
-            if let e = d["earliest"]?.number { r.earliestBeginDate = Date(timeIntervalSince1970: e) }
+            if let e = t.earliest { r.earliestBeginDate = Date(timeIntervalSince1970: e) }
             return r
         }
     }
 
     func supportedResources() -> BGContinuedProcessingTaskRequest.Resources {
-        guard case .success(let reply) = call("GetSupportedResources", []), let list = reply.first?.strings else { return .default }
+        guard case .success(let reply) = call(.getSupportedResources, []), let list = reply.first?.strings else { return .default }
         return list.contains("gpu") ? .gpu : .default
     }
 }

@@ -1,4 +1,5 @@
 import BgtaskBus
+import BgtaskProtocol
 import Foundation
 
 #if !canImport(Darwin)
@@ -41,7 +42,7 @@ final class SystemConditions: @unchecked Sendable {
         if let v = lock.withLock({ values }) { return v }
         if let f = lock.withLock({ failedAt }), Date().timeIntervalSince(f) < 5 { return Values() }
         let link = BGTaskScheduler.shared.link
-        guard case .success(let reply) = link.call("GetConditions", []), case .dict(let d)? = reply.first else {
+        guard case .success(let reply) = link.call(.getConditions, []), case .dict(let d)? = reply.first else {
             lock.withLock { failedAt = Date() }
             return Values()
         }
@@ -52,13 +53,15 @@ final class SystemConditions: @unchecked Sendable {
 
     static func values(_ d: [String: BusValue]) -> Values {
         var v = Values()
-        switch d["thermal_state"]?.string {
+        // A value of the wrong type is as good as none: the defaults, as when bgtaskd cannot read the machine.
+        let c = (try? Conditions(variant: d)) ?? Conditions()
+        switch c.thermalState {
         case "fair": v.thermal = .fair
         case "serious": v.thermal = .serious
         case "critical": v.thermal = .critical
         default: v.thermal = .nominal
         }
-        v.lowPower = d["low_power_mode"]?.bool ?? false
+        v.lowPower = c.lowPowerMode ?? false
         return v
     }
 

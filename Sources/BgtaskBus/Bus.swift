@@ -3,24 +3,6 @@
 #endif
 import CGio
 
-/// The scheduler's name on the session bus, its object and interface (docs/protocol.md).
-public enum SchedulerBus {
-    public static let name = "io.github.bgtask.Scheduler1"
-    public static let path = "/io/github/bgtask/Scheduler1"
-    public static let interface = "io.github.bgtask.Scheduler1"
-    /// Error names: Apple's codes first, then the daemon's own.
-    public enum ErrorName {
-        public static let unavailable = "io.github.bgtask.Scheduler1.Error.Unavailable"
-        public static let tooManyPending = "io.github.bgtask.Scheduler1.Error.TooManyPendingTaskRequests"
-        public static let notPermitted = "io.github.bgtask.Scheduler1.Error.NotPermitted"
-        public static let immediateRunIneligible = "io.github.bgtask.Scheduler1.Error.ImmediateRunIneligible"
-        public static let noSuchTask = "io.github.bgtask.Scheduler1.Error.NoSuchTask"
-        public static let invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
-        public static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
-        public static let failed = "org.freedesktop.DBus.Error.Failed"
-    }
-}
-
 /// A D-Bus value in the shapes the scheduler's interface uses (a small, typed mirror of GVariant).
 public indirect enum BusValue: Sendable, Equatable {
     case string(String)
@@ -159,6 +141,10 @@ public struct BusError: Error, CustomStringConvertible, Equatable {
         self.message = message
     }
     public var description: String { message }
+    /// What this module says when no connection can be made or kept (the peer's own errors keep their names).
+    public static let disconnected = "org.freedesktop.DBus.Error.Disconnected"
+    public static let timedOut = "org.freedesktop.DBus.Error.TimedOut"
+    public static let failed = "org.freedesktop.DBus.Error.Failed"
     /// The short form of the name (`NotPermitted`).
     public var shortName: String { name.split(separator: ".").last.map(String.init) ?? name }
 }
@@ -170,7 +156,7 @@ public final class BusConnection: @unchecked Sendable {
     public init(address: String? = nil) throws(BusError) {
         var err: UnsafeMutablePointer<GError>?
         let c: OpaquePointer? = address.map { a in a.withCString { cgio_connect($0, &err) } } ?? cgio_connect(nil, &err)
-        guard let c else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        guard let c else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
         raw = c
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
@@ -179,7 +165,7 @@ public final class BusConnection: @unchecked Sendable {
     /// `$XDG_RUNTIME_DIR/systemd/private`): no bus names; calls and signals go to and come from the peer.
     public init(peerSocket path: String) throws(BusError) {
         var err: UnsafeMutablePointer<GError>?
-        guard let c = cgio_connect_peer(path, &err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        guard let c = cgio_connect_peer(path, &err) else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
         raw = c
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
@@ -188,7 +174,7 @@ public final class BusConnection: @unchecked Sendable {
     /// must not change what the app's own GDBus connection does (exit-on-close, filters).
     public init(privateSession: Bool) throws(BusError) {
         var err: UnsafeMutablePointer<GError>?
-        guard let c = cgio_connect_private_session(&err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        guard let c = cgio_connect_private_session(&err) else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
         raw = c
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
@@ -196,7 +182,7 @@ public final class BusConnection: @unchecked Sendable {
     /// The system bus (logind lives there).
     public init(system: Bool) throws(BusError) {
         var err: UnsafeMutablePointer<GError>?
-        guard let c = cgio_system_bus(&err) else { throw BusError(SchedulerBus.ErrorName.unavailable, BusConnection.take(err)) }
+        guard let c = cgio_system_bus(&err) else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
         raw = c
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
@@ -261,7 +247,7 @@ public final class BusConnection: @unchecked Sendable {
     public func inhibit(what: String, who: String, why: String, mode: String) throws(BusError) -> Int32 {
         var err: UnsafeMutablePointer<GError>?
         let fd = cgio_logind_inhibit(raw, what, who, why, mode, &err)
-        if fd < 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+        if fd < 0 { throw BusError(BusError.failed, BusConnection.take(err)) }
         return fd
     }
 
@@ -295,18 +281,19 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     /// Calls a method and waits for the reply (bounded by `timeoutMs`). Returns the reply's arguments.
-    public func call(_ method: String, _ args: [BusValue], destination: String? = SchedulerBus.name, path: String = SchedulerBus.path,
-                     interface: String = SchedulerBus.interface, timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
+    public func call(_ method: String, _ args: [BusValue], destination: String?, path: String,
+                     interface: String, timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
         var children: [OpaquePointer?] = args.map { $0.variant() }
         let params = g_variant_new_tuple(&children, gsize(children.count))
         var err: UnsafeMutablePointer<GError>?
         guard let reply = g_dbus_connection_call_sync(raw, destination, path, interface, method, params, nil,
                                                       G_DBUS_CALL_FLAGS_NONE, timeoutMs, nil, &err) else {
-            guard let e = err else { throw BusError(SchedulerBus.ErrorName.failed, "no reply") }
+            guard let e = err else { throw BusError(BusError.failed, "no reply") }
             let remote = g_dbus_error_get_remote_error(e).map { p -> String in defer { g_free(p) }; return String(cString: p) }
             if remote != nil { g_dbus_error_strip_remote_error(e) }
             let message = String(cString: e.pointee.message)
-            let name = remote ?? (e.pointee.domain == g_io_error_quark() ? SchedulerBus.ErrorName.unavailable : SchedulerBus.ErrorName.failed)
+            let name = remote ?? (e.pointee.domain != g_io_error_quark() ? BusError.failed
+                                  : e.pointee.code == Int32(G_IO_ERROR_TIMED_OUT.rawValue) ? BusError.timedOut : BusError.disconnected)
             g_error_free(e)
             throw BusError(name, message)
         }
@@ -330,7 +317,7 @@ public final class BusConnection: @unchecked Sendable {
             if let r {
                 box.handler(.success(BusValue.values(r).compactMap { $0 }))
             } else {
-                box.handler(.failure(BusError(name.map { String(cString: $0) } ?? SchedulerBus.ErrorName.failed,
+                box.handler(.failure(BusError(name.map { String(cString: $0) } ?? BusError.failed,
                                               message.map { String(cString: $0) } ?? "no reply")))
             }
         }, Unmanaged.passRetained(Reply(reply)).toOpaque())
@@ -343,18 +330,18 @@ public final class BusConnection: @unchecked Sendable {
         return r?.first?.bool ?? false
     }
 
-    /// Emits a signal of the scheduler's interface to every listener.
-    public func emit(_ member: String, _ args: [BusValue]) {
+    /// Emits a signal to every listener.
+    public func emit(_ member: String, _ args: [BusValue], path: String, interface: String) {
         var children: [OpaquePointer?] = args.map { $0.variant() }
         let params = g_variant_new_tuple(&children, gsize(children.count))
-        g_dbus_connection_emit_signal(raw, nil, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
+        g_dbus_connection_emit_signal(raw, nil, path, interface, member, params, nil)
     }
 
-    /// Emits a signal of the scheduler's interface to one connection only (an app's launches and expirations).
-    public func emitTo(_ destination: String, _ member: String, _ args: [BusValue]) {
+    /// Emits a signal to one connection only (an app's launches and expirations).
+    public func emitTo(_ destination: String, _ member: String, _ args: [BusValue], path: String, interface: String) {
         var children: [OpaquePointer?] = args.map { $0.variant() }
         let params = g_variant_new_tuple(&children, gsize(children.count))
-        g_dbus_connection_emit_signal(raw, destination, SchedulerBus.path, SchedulerBus.interface, member, params, nil)
+        g_dbus_connection_emit_signal(raw, destination, path, interface, member, params, nil)
     }
 
     /// This connection's unique name on the bus (":1.42").
@@ -408,7 +395,7 @@ public final class BusObject {
             me.dispatch(sender: sender.map { String(cString: $0) } ?? "", method: String(cString: method!), params: params!,
                         invocation: invocation!)
         }, ctx, &err)
-        if registration == 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+        if registration == 0 { throw BusError(BusError.failed, BusConnection.take(err)) }
     }
 
     deinit { if registration != 0 { g_dbus_connection_unregister_object(connection.raw, registration) } }
@@ -468,7 +455,7 @@ public final class BusObject {
     public func ownName(_ name: String) throws(BusError) -> Bool {
         var err: UnsafeMutablePointer<GError>?
         let r = cgio_request_name(connection.raw, name, &err)
-        if r == 0 { throw BusError(SchedulerBus.ErrorName.failed, BusConnection.take(err)) }
+        if r == 0 { throw BusError(BusError.failed, BusConnection.take(err)) }
         return r == 1 || r == 4   // primary owner, or already the owner
     }
 }

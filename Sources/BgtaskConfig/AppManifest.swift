@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskPolicy
+import BgtaskProtocol
 import BgtaskProbes
 import TOMLKit
 
@@ -33,10 +34,7 @@ public struct AppManifest: Sendable, Equatable {
 
     /// Whether the manifest lets the app use `identifier` (case-sensitive, as on iOS).
     public func permits(_ identifier: String) -> Bool {
-        identifiers.contains { p in
-            if p.hasSuffix(".*") { return identifier.hasPrefix(String(p.dropLast())) && identifier.count > p.count - 1 }
-            return p == identifier
-        }
+        identifiers.contains { IdentifierPattern.permits($0, identifier) }
     }
 
     /// An app id: reverse-DNS letters, digits, '.', '_', '-', 1 to 255 bytes, not starting with '.'.

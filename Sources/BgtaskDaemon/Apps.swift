@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -58,9 +59,6 @@ final class AppTask: AppTaskHooks {
 }
 
 extension Daemon {
-    static let appSubmitKeys: Set<String> = ["identifier", "kind", "earliest", "requires_network", "requires_external_power",
-                                             "title", "subtitle", "strategy", "resources"]
-
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
     func loadApps() {
         let (found, errors) = AppManifests.load()
@@ -90,16 +88,16 @@ extension Daemon {
             break
         case .flatpak(let sandboxed):
             if sandboxed != claimed {
-                return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "a Flatpak app's id comes from its sandbox (\(sandboxed)), not from the call (\(claimed))"))
+                return .failure(SchedulerError.notPermitted("a Flatpak app's id comes from its sandbox (\(sandboxed)), not from the call (\(claimed))"))
             }
         case .snap, .userNamespace:
-            return .failure(BusError(SchedulerBus.ErrorName.accessDenied, "a caller in \(who.sandbox) names no app id bgtaskd can check"))
+            return .failure(SchedulerError.accessDenied("a caller in \(who.sandbox) names no app id bgtaskd can check"))
         }
         guard let m = apps[claimed] else {
-            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "no manifest for \(claimed) (\(AppManifests.directories().first ?? "")/\(claimed).toml)"))
+            return .failure(SchedulerError.notPermitted("no manifest for \(claimed) (\(AppManifests.directories().first ?? "")/\(claimed).toml)"))
         }
         if disabledApps.contains(claimed) {
-            return .failure(BusError(SchedulerBus.ErrorName.unavailable, "background work of \(claimed) is turned off (bgtask apps enable \(claimed))"))
+            return .failure(SchedulerError.unavailable("background work of \(claimed) is turned off (bgtask apps enable \(claimed))"))
         }
         return .success(m)
     }
@@ -111,32 +109,29 @@ extension Daemon {
         return c
     }
 
-    func handleApp(_ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
-        func bad(_ m: String) -> Result<[BusValue], BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, m)) }
+    func handleApp(_ method: SchedulerMethod, _ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
+        func bad(_ m: String) -> Result<[BusValue], BusError> { .failure(SchedulerError.invalidArgs(m)) }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
-        switch call.method {
-        case "GetSupportedResources":
+        switch method {
+        case .getSupportedResources:
             return .success([.strings(gpuUsable ? ["gpu"] : [])])
-        case "ListApps":
+        case .listApps:
             // A sandboxed app sees its own manifest only (how the library learns its id), nothing of other apps'.
             let visible = who.sandbox == .none ? Array(apps.values) : apps.values.filter { $0.id == who.sandbox.appID }
-            var list: [[String: BusValue]] = visible.sorted { $0.id < $1.id }.map { m in
-                var d: [String: BusValue] = ["id": .string(m.id), "path": .string(m.path), "command": .strings(m.command), "identifiers": .strings(m.identifiers),
-                 "kinds": .strings(m.kinds.sorted()), "resources": .strings(m.resources.sorted()), "enabled": .bool(!disabledApps.contains(m.id)),
-                 "connected": .bool(clients[m.id] != nil), "ended_by_system": .uint32(UInt32(standing[m.id] ?? 0)),
-                 "refresh_held_back_s": .double(Schedule.refreshHoldBack(ended: standing[m.id] ?? 0))]
-                if let n = m.name { d["name"] = .string(n) }
-                return d
+            var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
+                AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.sorted(),
+                        resources: m.resources.sorted(), enabled: !disabledApps.contains(m.id), connected: clients[m.id] != nil,
+                        endedBySystem: UInt32(standing[m.id] ?? 0), refreshHeldBackS: Schedule.refreshHoldBack(ended: standing[m.id] ?? 0))
             }
-            if who.sandbox == .none { list += manifestErrors.map { ["error": .string($0.description)] } }
-            return .success([.dicts(list)])
-        case "SetAppEnabled":
+            if who.sandbox == .none { list += manifestErrors.map { AppInfo(error: $0.description) } }
+            return .success([.dicts(list.map(\.variant))])
+        case .setAppEnabled:
             guard let app = str(0), AppManifest.validID(app), call.args.count == 2, let on = call.args[1]?.bool else { return bad("SetAppEnabled takes (s app_id, b enabled)") }
             // A switch for an app with no manifest would only ever grow the file (and hide a typo).
             guard apps[app] != nil || disabledApps.contains(app) else {
-                return .failure(BusError(SchedulerBus.ErrorName.invalidArgs, "no app \(app): no manifest in \(AppManifests.directories().joined(separator: ", "))"))
+                return .failure(SchedulerError.invalidArgs("no app \(app): no manifest in \(AppManifests.directories().joined(separator: ", "))"))
             }
-            do { try AppManifests.setEnabled(app, on) } catch { return .failure(BusError(SchedulerBus.ErrorName.unavailable, "the switch cannot be written: \(error)")) }
+            do { try AppManifests.setEnabled(app, on) } catch { return .failure(SchedulerError.unavailable("the switch cannot be written: \(error)")) }
             disabledApps = AppManifests.disabled()
             if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
@@ -144,22 +139,22 @@ extension Daemon {
         default:
             break
         }
-        guard call.method.hasPrefix("App") else { return nil }
+        guard method.rawValue.hasPrefix("App") else { return nil }
         guard let app = str(0) else { return bad("\(call.method) takes the app id first") }
         let manifest: AppManifest
         switch appIdentity(who, claimed: app) {
         case .failure(let e): return .failure(e)
         case .success(let m): manifest = m
         }
-        switch call.method {
-        case "AppRegister":
+        switch method {
+        case .appRegister:
             guard let identifier = str(1) else { return bad("AppRegister takes (s app_id, s identifier)") }
             guard manifest.permits(identifier) else {
-                return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(app)'s permitted identifiers (\(manifest.path))"))
+                return .failure(SchedulerError.notPermitted("\(identifier) is not among \(app)'s permitted identifiers (\(manifest.path))"))
             }
             client(app, call, who).registered.insert(identifier)
             return .success([])
-        case "AppReady":
+        case .appReady:
             let c = client(app, call, who)
             if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
             c.ready = true
@@ -167,36 +162,39 @@ extension Daemon {
                 if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.row.id): \(deliver(t, kind: e.row.kind))") }
             }
             return .success([])
-        case "AppSubmit":
-            guard call.args.count == 2, case .dict(let opts)? = call.args[1] else { return bad("AppSubmit takes (s app_id, a{sv} request)") }
-            return appSubmit(manifest, opts, call).map { [] }
-        case "AppCancel":
+        case .appSubmit:
+            guard call.args.count == 2, case .dict(let d)? = call.args[1] else { return bad("AppSubmit takes \(method.signature)") }
+            let request: AppRequest
+            do { request = try AppRequest(variant: d) } catch { return .failure(error.busError) }
+            return appSubmit(manifest, request, call).map { [] }
+        case .appCancel:
             guard let identifier = str(1) else { return bad("AppCancel takes (s app_id, s identifier)") }
             // Its pending request and its running task, as the library's doc promises (Apple's cancel does both).
             _ = cancel(appKey(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
             return .success([])
-        case "AppCancelAll":
+        case .appCancelAll:
             for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
-        case "AppPending":
-            let mine = listPending().filter { $0["app"]?.string == app }.map { d -> [String: BusValue] in
-                var d = d
-                d["identifier"] = d["id"].flatMap { $0.string }.map { .string(identifierOf($0, app: app)) }
-                if let id = d["id"]?.string, let row = pending[id]?.row {
-                    if let t = row.title { d["title"] = .string(t) }
-                    if let t = row.subtitle { d["subtitle"] = .string(t) }
-                    if let t = row.strategy { d["strategy"] = .string(t) }
-                    if row.resources?.contains("gpu") == true { d["resources"] = .strings(["gpu"]) }
+        case .appPending:
+            let mine = listPending().filter { $0.app == app }.map { t -> [String: BusValue] in
+                var a = AppPendingTask(identifier: identifierOf(t.id, app: app), kind: t.kind, earliest: t.earliest,
+                                       requiresNetwork: t.requiresNetwork, requiresExternalPower: t.requiresExternalPower,
+                                       reason: t.reason, rule: t.rule, location: t.location)
+                if let row = pending[t.id]?.row {
+                    a.title = row.title
+                    a.subtitle = row.subtitle
+                    a.strategy = row.strategy
+                    if row.resources?.contains("gpu") == true { a.resources = ["gpu"] }
                 }
-                return d
+                return a.variant
             }
             return .success([.dicts(mine)])
-        case "AppLaunchReceived":
+        case .appLaunchReceived:
             guard let identifier = str(1), call.args.count == 4, let handled = call.args[2]?.bool, let reason = str(3) else {
                 return bad("AppLaunchReceived takes (s app_id, s identifier, b handled, s reason)")
             }
             guard let e = running[appKey(app, identifier)], let t = e.supervisor.app as? AppTask, t.delivered else {
-                return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) of \(app) is not being launched"))
+                return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not being launched"))
             }
             if handled { t.handling = true; return .success([]) }
             // The library had nothing to run it with (a handler registered too late): said as the library's, not
@@ -205,34 +203,34 @@ extension Daemon {
             say("\(e.row.id): not handled by \(app): \(why)")
             e.supervisor.appCompleted(success: false, detail: "not handled: \(why)")
             return .success([])
-        case "AppComplete":
+        case .appComplete:
             guard let identifier = str(1), call.args.count == 3, let ok = call.args[2]?.bool else { return bad("AppComplete takes (s app_id, s identifier, b success)") }
             guard let e = running[appKey(app, identifier)] else {
-                return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) of \(app) is not running"))
+                return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not running"))
             }
             // In time: before bgtaskd ended it (a completion after that has already been counted against the app).
             if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.row.id) }
             e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
             views[e.row.id] = nil
             return .success([])
-        case "AppProgress":
+        case .appProgress:
             guard let identifier = str(1), call.args.count == 4, let done = call.args[2]?.number, let total = call.args[3]?.number else {
                 return bad("AppProgress takes (s app_id, s identifier, t completed, t total)")
             }
-            guard let e = running[appKey(app, identifier)] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) is not running")) }
+            guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
             var v = views[e.row.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
             v.completed = UInt64(max(0, min(done, 1e18)))
             v.total = UInt64(max(0, min(total, 1e18)))
             views[e.row.id] = v
-            bus.emit("TaskProgress", [.string(e.row.id), .uint64(v.completed), .uint64(v.total)])
+            bus.emit(.taskProgress, [.string(e.row.id), .uint64(v.completed), .uint64(v.total)])
             presenter.progress(key: e.row.id, completed: v.completed, total: v.total)
             return .success([])
-        case "AppUpdateTitle":
+        case .appUpdateTitle:
             guard let identifier = str(1), let title = str(2), let subtitle = str(3) else {
                 return bad("AppUpdateTitle takes (s app_id, s identifier, s title, s subtitle)")
             }
             guard title.utf8.count <= 1024, subtitle.utf8.count <= 1024 else { return bad("a title or subtitle is over 1024 bytes") }
-            guard let e = running[appKey(app, identifier)] else { return .failure(BusError(SchedulerBus.ErrorName.noSuchTask, "\(identifier) is not running")) }
+            guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
             var v = views[e.row.id] ?? AppTaskView()
             v.title = title
             v.subtitle = subtitle
@@ -240,7 +238,7 @@ extension Daemon {
             presenter.retitle(key: e.row.id, title: title, subtitle: subtitle)
             return .success([])
         default:
-            return .failure(BusError("org.freedesktop.DBus.Error.UnknownMethod", "no method \(call.method)"))
+            return .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
         }
     }
 
@@ -248,45 +246,40 @@ extension Daemon {
     func appKey(_ app: String, _ identifier: String) -> String { app + "/" + identifier }
     func identifierOf(_ key: String, app: String) -> String { key.hasPrefix(app + "/") ? String(key.dropFirst(app.count + 1)) : key }
 
-    func appSubmit(_ m: AppManifest, _ opts: [String: BusValue], _ call: BusCall) -> Result<Void, BusError> {
-        func bad(_ s: String) -> Result<Void, BusError> { .failure(BusError(SchedulerBus.ErrorName.invalidArgs, s)) }
-        if let unknown = opts.keys.sorted().first(where: { !Daemon.appSubmitKeys.contains($0) }) { return bad("unknown request key '\(unknown)'") }
-        guard let identifier = opts["identifier"]?.string else { return bad("identifier (s) is required") }
+    func appSubmit(_ m: AppManifest, _ r: AppRequest, _ call: BusCall) -> Result<Void, BusError> {
+        func bad(_ s: String) -> Result<Void, BusError> { .failure(SchedulerError.invalidArgs(s)) }
+        let identifier = r.identifier, kind = r.kind
         if let why = TaskID.problem(identifier) { return bad(why) }
-        guard let kind = opts["kind"]?.string, AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
+        guard AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
         guard m.permits(identifier) else {
-            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
+            return .failure(SchedulerError.notPermitted("\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
         }
         // As in iOS 26: a wildcard (`prefix.*`) permits continued tasks only; refresh and processing work needs its
         // identifier listed as it is.
         guard kind == "continued" || m.identifiers.contains(identifier) else {
-            return .failure(BusError(SchedulerBus.ErrorName.notPermitted,
-                                     "\(identifier) matches only a wildcard in \(m.path), which permits continued tasks; list it as it is for \(kind) work"))
+            return .failure(SchedulerError.notPermitted("\(identifier) matches only a wildcard in \(m.path), which permits continued tasks; list it as it is for \(kind) work"))
         }
         guard m.kinds.contains(kind) else {
-            return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
+            return .failure(SchedulerError.notPermitted("\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
         }
         // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
         let key0 = appKey(m.id, identifier)
         var ofKind = 0
         for e in pending.values where e.row.app == m.id && e.row.kind == kind && e.row.id != key0 { ofKind += 1 }
         if let why = limits.pendingOfKind(kind, app: m.id, pending: ofKind) {
-            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, why))
+            return .failure(SchedulerError.tooManyPending(why))
         }
         if !allowSubmit(call.sender) {
-            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending, "too many submissions; slow down"))
+            return .failure(SchedulerError.tooManyPending("too many submissions; slow down"))
         }
         let key = appKey(m.id, identifier)
         var row = QueuedTask(id: key, app: m.id, kind: kind, argv: m.command, submitted: wallClockNow())
         row.runID = Daemon.newRunID(key)
-        for (k, path) in [("requires_external_power", \QueuedTask.requiresExternalPower), ("requires_network", \.requiresNetwork)] {
-            guard let v = opts[k] else { continue }
-            guard let b = v.bool else { return bad("\(k) must be a boolean") }
-            row[keyPath: path] = b
-        }
+        row.requiresExternalPower = r.requiresExternalPower ?? false
+        row.requiresNetwork = r.requiresNetwork ?? false
         if kind == "continued" { row.userInitiated = true }
-        if let e = opts["earliest"] {
-            guard let t = e.number, t.isFinite, t >= 0, t <= wallClockNow() + 3650 * 86_400 else { return bad("earliest: seconds since the epoch") }
+        if let t = r.earliest {
+            guard t >= 0, t <= wallClockNow() + RequestBounds.farthestAhead else { return bad("earliest: seconds since the epoch, at most ten years ahead") }
             row.earliest = t
         }
         // An app with tasks the system had to end gets its refresh work launched less often (Apple: it counts
@@ -298,30 +291,29 @@ extension Daemon {
                 say("\(appKey(m.id, identifier)): held back \(formatDuration(Schedule.refreshHoldBack(ended: n))): \(n) task(s) of \(m.id) the system had to end, not made good")
             }
         }
-        for (k, path) in [("title", \QueuedTask.title), ("subtitle", \.subtitle)] {
-            guard let v = opts[k] else { continue }
-            guard let s = v.string, s.utf8.count <= 1024 else { return bad("\(k): a string of at most 1024 bytes") }
+        for (k, value, path) in [("title", r.title, \QueuedTask.title), ("subtitle", r.subtitle, \.subtitle)] {
+            guard let s = value else { continue }
+            guard s.utf8.count <= 1024 else { return bad("\(k): a string of at most 1024 bytes") }
             row[keyPath: path] = s
         }
-        if let s = opts["strategy"] {
-            guard let v = s.string, v == "queue" || v == "fail" else { return bad("strategy: queue or fail") }
+        if let v = r.strategy {
+            guard v == "queue" || v == "fail" else { return bad("strategy: queue or fail") }
             row.strategy = v
         }
-        if let r = opts["resources"] {
-            guard let list = r.strings, Set(list).isSubset(of: AppManifest.knownResources) else { return bad("resources: a list of gpu") }
+        if let list = r.resources {
+            guard Set(list).isSubset(of: AppManifest.knownResources) else { return bad("resources: a list of gpu") }
             if list.contains("gpu") {
                 guard m.resources.contains("gpu") else {
-                    return .failure(BusError(SchedulerBus.ErrorName.notPermitted, "\(m.id)'s manifest does not declare the gpu resource"))
+                    return .failure(SchedulerError.notPermitted("\(m.id)'s manifest does not declare the gpu resource"))
                 }
                 guard gpuUsable else {
-                    return .failure(BusError(SchedulerBus.ErrorName.unavailable, "no usable GPU render node (/dev/dri/renderD*) for this user"))
+                    return .failure(SchedulerError.unavailable("no usable GPU render node (/dev/dri/renderD*) for this user"))
                 }
             }
             row.resources = JSONValue.array(list.map { .string($0) }).rendered
         }
         if pending[key] == nil, pendingCount(app: m.id) >= limits.maxPendingPerApp {
-            return .failure(BusError(SchedulerBus.ErrorName.tooManyPending,
-                                     "\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
+            return .failure(SchedulerError.tooManyPending("\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
         }
         // `.fail`: the app wants to know now whether the work can start now.
         if kind == "continued", row.strategy == "fail", let c = conditions {
@@ -329,14 +321,14 @@ extension Daemon {
             let startsNow = (d.verdict == .run || d.verdict == .throttle) && limits.slot(for: row.fields, load: load) == nil && row.earliest.map { $0 <= wallClockNow() } ?? true
             if !startsNow {
                 let why = d.matches.first.map { "\($0.reason) — rule \($0.ruleID) (\($0.location))" } ?? "no room to run it now"
-                return .failure(BusError(SchedulerBus.ErrorName.immediateRunIneligible, "\(identifier) cannot start now: \(why)"))
+                return .failure(SchedulerError.immediateRunIneligible("\(identifier) cannot start now: \(why)"))
             }
         }
-        do { try store.put(row) } catch { return .failure(BusError(SchedulerBus.ErrorName.unavailable, "cannot store the request (nothing was queued): \(error)")) }
+        do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
         pending.removeValue(forKey: key)
         add(row)
         say("\(key): submitted by the app")
-        bus.emit("TaskChanged", [.string(key), .string("pending")])
+        bus.emit(.taskChanged, [.string(key), .string("pending")])
         return .success(())
     }
 
@@ -347,7 +339,7 @@ extension Daemon {
     func deliver(_ t: AppTask, kind: String) -> String {
         if let c = clients[t.app], c.ready {
             t.delivered = true
-            bus.emitTo(c.connection, "Launch", [.string(t.app), .string(t.identifier), .string(kind)])
+            bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind)], to: c.connection)
             let key = appKey(t.app, t.identifier)
             if kind == "continued", let e = running[key] ?? pending[key] {
                 presenter.show(key: key, appID: t.app, appName: apps[t.app]?.name ?? t.app,
@@ -382,7 +374,7 @@ extension Daemon {
             return
         }
         guard let c = clients[t.app] else { return }
-        bus.emitTo(c.connection, "Expire", [.string(t.app), .string(t.identifier), .string(reason)])
+        bus.emit(.expire, [.string(t.app), .string(t.identifier), .string(reason)], to: c.connection)
     }
 
     /// The app kept a task after its expiration and grace. An app bgtaskd launched is ended (SIGTERM, then

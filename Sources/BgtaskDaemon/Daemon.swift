@@ -3,6 +3,7 @@
 #endif
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
@@ -292,7 +293,7 @@ public final class Daemon {
         audit.flush()
 
         do {
-            object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerInterface.xml) { [unowned self] call in
+            object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerBus.xml) { [unowned self] call in
                 let r = self.handle(call)
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
@@ -333,7 +334,7 @@ public final class Daemon {
                 let c = self.appConditions
                 if c != self.announcedConditions {
                     self.announcedConditions = c
-                    self.bus.emit("ConditionsChanged", [.dict(c)])
+                    self.bus.emit(.conditionsChanged, [.dict(c.variant)])
                 }
             }
             self.afterRound(conditionsChanged: true)
@@ -465,16 +466,16 @@ public final class Daemon {
         return c
     }
     /// What ProcessInfo's thermalState and isLowPowerModeEnabled read in an app (GetConditions, ConditionsChanged).
-    var appConditions: [String: BusValue] {
-        var d: [String: BusValue] = [:]
-        if case .string(let s)? = readings?["thermal.state"] { d["thermal_state"] = .string(s) }
-        if case .bool(let b)? = readings?["system.power_saver"] { d["low_power_mode"] = .bool(b) }
-        return d
+    var appConditions: Conditions {
+        var c = Conditions()
+        if case .string(let s)? = readings?["thermal.state"] { c.thermalState = s }
+        if case .bool(let b)? = readings?["system.power_saver"] { c.lowPowerMode = b }
+        return c
     }
     /// How many apps were connected at the last round (a change re-decides how often zones are read).
     var clientsAtLastRound = 0
     /// The last ConditionsChanged sent.
-    var announcedConditions: [String: BusValue] = [:]
+    var announcedConditions = Conditions()
     /// Dropped whenever `readings` or `sleeping` change.
     var mergedConditions: [String: PolicyValue]?
 
@@ -536,9 +537,9 @@ public final class Daemon {
             e.row.started = wallClockNow()
             do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
             if !e.row.isAppTask, s.taskProcess?.unit == nil { outputWatch.watch(outputPath(id)) }
-            bus.emit("TaskChanged", [.string(id), .string("running")])
+            bus.emit(.taskChanged, [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
-            bus.emit("TaskChanged", [.string(id), .string(stateName(s))])
+            bus.emit(.taskChanged, [.string(id), .string(stateName(s))])
         default:
             break
         }
@@ -768,7 +769,7 @@ public final class Daemon {
                 add(r)
             }
         } catch { say("\(e.row.id): cannot update the queue: \(error)") }
-        bus.emit("TaskChanged", [.string(e.row.id), .string(next != nil && pending[e.row.id] != nil ? "pending" : "finished")])
+        bus.emit(.taskChanged, [.string(e.row.id), .string(next != nil && pending[e.row.id] != nil ? "pending" : "finished")])
     }
 
     /// A task is all its processes: what its command started and left running when it exited (a daemon that

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskJSON
 import BgtaskPolicy
@@ -18,15 +19,15 @@ extension Bgtask {
             @Flag(name: .long, help: "Print the list as JSON.") var json = false
 
             func run() throws {
-                guard case .dicts(let apps)? = try DaemonClient.call("ListApps").first else { return }
+                guard case .dicts(let apps)? = try DaemonClient.call(.listApps).first else { return }
                 if json { print(DaemonClient.json(.dicts(apps)).rendered); return }
                 if apps.isEmpty { out("no app manifests (in \(AppManifests.directories().joined(separator: ", ")))"); return }
-                for a in apps {
-                    if let e = a["error"]?.string { out("skipped: \(e)"); continue }
-                    let on = a["enabled"]?.bool ?? true
-                    out("\(a["id"]?.string ?? "?"): \(on ? "on" : "off")\(a["connected"]?.bool == true ? ", connected" : "") — "
-                        + "\((a["identifiers"]?.strings ?? []).joined(separator: ", ")) (\(a["path"]?.string ?? ""))")
-                    if case .uint32(let n)? = a["ended_by_system"], n > 0, case .double(let held)? = a["refresh_held_back_s"] {
+                for a in apps.compactMap({ try? AppInfo(variant: $0) }) {
+                    if let e = a.error { out("skipped: \(e)"); continue }
+                    let on = a.enabled ?? true
+                    out("\(a.id ?? "?"): \(on ? "on" : "off")\(a.connected == true ? ", connected" : "") — "
+                        + "\((a.identifiers ?? []).joined(separator: ", ")) (\(a.path ?? ""))")
+                    if let n = a.endedBySystem, n > 0, let held = a.refreshHeldBackS {
                         out("  \(n) task(s) the system had to end (no setTaskCompleted in time), not made good: its refresh work waits \(formatDuration(held)) longer")
                     }
                 }
@@ -49,7 +50,7 @@ extension Bgtask {
 
         /// Through the daemon when it runs (it cancels what is pending at once); else the switch file it reads at start.
         static func set(_ app: String, _ on: Bool) throws {
-            if let bus = try? BusConnection(), (try? bus.call("SetAppEnabled", [.string(app), .bool(on)])) != nil {
+            if let bus = try? BusConnection(), (try? bus.call(.setAppEnabled, [.string(app), .bool(on)])) != nil {
                 out("\(app): background work \(on ? "on" : "off")")
                 return
             }

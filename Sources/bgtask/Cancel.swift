@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -25,11 +26,11 @@ extension Bgtask {
 
         func run() throws {
             if all {
-                let n = try DaemonClient.call("CancelAll").first?.number ?? 0
+                let n = try DaemonClient.call(.cancelAll).first?.number ?? 0
                 if json { print(JSONValue.object([("cancelled", .number(n))]).rendered) } else { out("cancelled \(Int(n)) pending request(s)") }
                 return
             }
-            let done = try DaemonClient.call("Cancel", [.string(id!)]).first?.string ?? ""
+            let done = try DaemonClient.call(.cancel, [.string(id!)]).first?.string ?? ""
             if json { print(JSONValue.object([("id", .string(id!)), ("done", .string(done))]).rendered) } else { out("\(id!): \(done)") }
         }
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 
 /// Shell completion of task ids: first what bgtaskd has queued or runs now (when it already runs: a completion
 /// must not start it by D-Bus activation, and waits at most half a second), then the tasks the audit trail
@@ -20,8 +21,8 @@ enum TaskIDCompletion {
         let live = sources.contains(.pending) || sources.contains(.running) ? daemon() : nil
         for source in sources {
             switch source {
-            case .pending: out += live.map { list($0, "ListPending") } ?? []
-            case .running: out += live.map { list($0, "ListRunning") } ?? []
+            case .pending: out += live.map { list($0, .listPending) } ?? []
+            case .running: out += live.map { list($0, .listRunning) } ?? []
             case .history:
                 if let audit = try? State.audit(write: false), let latest = try? audit.latestPerTask(since: 0, limit: 200) {
                     out += latest.map(\.taskID)
@@ -41,7 +42,7 @@ enum TaskIDCompletion {
         return bus
     }
 
-    static func list(_ bus: BusConnection, _ method: String) -> [String] {
+    static func list(_ bus: BusConnection, _ method: SchedulerMethod) -> [String] {
         guard let reply = try? bus.call(method, [], timeoutMs: 500), case .dicts(let tasks)? = reply.first else { return [] }
         return tasks.compactMap { $0["id"]?.string }
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -11,23 +12,27 @@ import BgtaskPolicy
 /// The CLI's side of the bus: one connection, one call, errors as exit statuses.
 enum DaemonClient {
     /// Calls a method of bgtaskd; with no session bus or no daemon, says so and exits 69.
-    static func call(_ method: String, _ args: [BusValue] = []) throws -> [BusValue] {
+    static func call(_ method: SchedulerMethod, _ args: [BusValue] = []) throws -> [BusValue] {
         let bus: BusConnection
         do { bus = try BusConnection() } catch {
             fail("no session bus (\(error.message)); bgtaskd runs on the user's session bus", ExitStatus.unavailable)
         }
         do { return try bus.call(method, args) } catch {
-            switch error.shortName {
-            case "ServiceUnknown", "NameHasNoOwner", "Unavailable", "NoReply", "Disconnected", "SpawnFailed", "SpawnChildExited", "TimedOut":
-                fail("bgtaskd is not reachable on the session bus (\(error.message)); start it with `systemctl --user start bgtaskd` or run `bgtaskd`",
-                     ExitStatus.unavailable)
-            case "InvalidArgs":
+            switch SchedulerError(rawValue: error.name) {
+            case .unavailable?:
+                fail(error.message, ExitStatus.unavailable)   // bgtaskd's own: it answered, but cannot do it now
+            case .invalidArgs?:
                 fail(error.message, ExitStatus.usage)
-            case "TooManyPendingTaskRequests":
+            case .tooManyPending?:
                 fail(error.message, ExitStatus.tempFail)
-            case "NoSuchTask":
+            case .noSuchTask?:
                 fail(error.message, ExitStatus.failure)
             default:
+                // The bus's own: no daemon to start, none answering, the connection lost.
+                if ["ServiceUnknown", "NameHasNoOwner", "NoReply", "Disconnected", "SpawnFailed", "SpawnChildExited", "TimedOut"].contains(error.shortName) {
+                    fail("bgtaskd is not reachable on the session bus (\(error.message)); start it with `systemctl --user start bgtaskd` or run `bgtaskd`",
+                         ExitStatus.unavailable)
+                }
                 fail("\(error.shortName): \(error.message)", ExitStatus.failure)
             }
         }

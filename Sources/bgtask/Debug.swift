@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -15,7 +16,7 @@ extension Bgtask {
             static let configuration = CommandConfiguration(commandName: "launch", abstract: "Start a pending task now (Apple's _simulateLaunchForTaskWithIdentifier).")
             @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.pending) var id: String
             func run() throws {
-                _ = try DaemonClient.call("DebugLaunch", [.string(id)])
+                _ = try DaemonClient.call(.debugLaunch, [.string(id)])
                 out("\(id): launched")
             }
         }
@@ -24,7 +25,7 @@ extension Bgtask {
             static let configuration = CommandConfiguration(commandName: "expire", abstract: "Send a running task its expiration now (Apple's _simulateExpirationForTaskWithIdentifier).")
             @Argument(help: ArgumentHelp("The task's id.", valueName: "id"), completion: TaskIDCompletion.running) var id: String
             func run() throws {
-                _ = try DaemonClient.call("DebugExpire", [.string(id)])
+                _ = try DaemonClient.call(.debugExpire, [.string(id)])
                 out("\(id): expiring")
             }
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskJSON
 import BgtaskProbes
@@ -48,13 +49,16 @@ extension Bgtask {
             }
 
             // bgtaskd on the session bus.
-            switch Result(catching: { () throws(BusError) -> [BusValue] in try BusConnection().call("GetStatus", [], timeoutMs: 3000) }) {
+            switch Result(catching: { () throws(BusError) -> [BusValue] in try BusConnection().call(.getStatus, [], timeoutMs: 3000) }) {
             case .success(let reply):
-                if case .dict(let s)? = reply.first {
-                    let pid = s["pid"].flatMap { if case .uint32(let p) = $0 { return "pid \(p)" }; return nil } ?? "?"
-                    let counts = ["pending", "running"].compactMap { k in s[k].flatMap { if case .uint32(let n) = $0 { return "\(n) \(k)" }; return nil } }
-                    if let w = s["policy_warning"]?.string { add("bgtaskd", .problem, "running (\(pid)) with a warning: \(w)") }
-                    else { add("bgtaskd", .ok, "running (\(pid), version \(s["version"]?.string ?? "?")), " + counts.joined(separator: ", ")) }
+                if case .dict(let d)? = reply.first {
+                    switch Result(catching: { () throws(ProtocolError) in try DaemonStatus(variant: d) }) {
+                    case .success(let s):
+                        if let w = s.policyWarning { add("bgtaskd", .problem, "running (pid \(s.pid)) with a warning: \(w)") }
+                        else { add("bgtaskd", .ok, "running (pid \(s.pid), version \(s.version)), \(s.pending) pending, \(s.running) running") }
+                    case .failure(let e):
+                        add("bgtaskd", .problem, "running, but its status does not read as this bgtask's: \(e) (another version?)")
+                    }
                 }
             case .failure(let e):
                 add("bgtaskd", .note, "not reachable (\(e.message)): `bgtask submit` needs it — systemctl --user enable --now bgtaskd")

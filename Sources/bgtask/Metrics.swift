@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -50,8 +51,8 @@ extension Bgtask {
         /// bgtaskd's queue, if it runs now (a metrics scrape must not start it by D-Bus activation).
         static func queue() -> (pending: Int, running: Int)? {
             guard let bus = TaskIDCompletion.daemon(),
-                  case .dict(let s)? = try? bus.call("GetStatus", [], timeoutMs: 2000).first else { return nil }
-            return (Int(s["pending"]?.number ?? 0), Int(s["running"]?.number ?? 0))
+                  case .dict(let d)? = try? bus.call(.getStatus, [], timeoutMs: 2000).first, let s = try? DaemonStatus(variant: d) else { return nil }
+            return (Int(s.pending), Int(s.running))
         }
 
         /// The runs that ended since `since`, from the audit trail (none when there is no trail yet).

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -25,14 +26,14 @@ extension Bgtask {
         var long = false
 
         func run() throws {
-            let reply = try DaemonClient.call("ListPending")
-            let status = try? DaemonClient.call("GetStatus")
-            guard case .dicts(let tasks)? = reply.first else { return }
+            let reply = try DaemonClient.call(.listPending)
+            let status = try? DaemonClient.call(.getStatus)
+            guard case .dicts(let raw)? = reply.first else { return }
             if json {
                 // Each task with what its last run used, from the audit trail (bounded, as the table's LAST).
-                let audit = tasks.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
+                let audit = raw.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
                 let weekAgo = wallClockNow() - 7 * 86_400
-                let out = tasks.map { t -> JSONValue in
+                let out = raw.map { t -> JSONValue in
                     guard case .object(var fields) = DaemonClient.json(.dict(t)) else { return DaemonClient.json(.dict(t)) }
                     if let a = audit, let id = t["id"]?.string,
                        let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
@@ -44,7 +45,11 @@ extension Bgtask {
                 print(JSONValue.array(out).rendered)
                 return
             }
-            if case .dict(let s)? = status?.first, let w = s["policy_warning"]?.string { out("warning: \(w)") }
+            if case .dict(let s)? = status?.first, let w = (try? DaemonStatus(variant: s))?.policyWarning { out("warning: \(w)") }
+            let tasks: [PendingTask]
+            do { tasks = try raw.map { d throws(ProtocolError) in try PendingTask(variant: d) } } catch {
+                DaemonClient.fail("bgtaskd answered ListPending with \(error): a bgtaskd of another version?", ExitStatus.software)
+            }
             if tasks.isEmpty { out("nothing pending"); return }
             if long {
                 for t in tasks { prose(t) }
@@ -53,38 +58,32 @@ extension Bgtask {
             table(tasks)
         }
 
-        static func unmet(_ t: [String: BusValue]) -> [[String: BusValue]] {
-            if case .dicts(let u)? = t["unmet"] { return u }
-            return []
-        }
-
-        func prose(_ t: [String: BusValue]) {
-            let id = t["id"]?.string ?? "?"
-            var line = "\(id): \(t["reason"]?.string ?? "")"
-            if let n = t["next_check"]?.number { line += "; looked at again \(untilText(n)) if nothing changes before" }
+        func prose(_ t: PendingTask) {
+            var line = "\(t.id): \(t.reason)"
+            if let n = t.nextCheck { line += "; looked at again \(untilText(n)) if nothing changes before" }
             else { line += "; looked at again when conditions change" }
-            if let e = t["every"]?.number { line += " (every \(formatDuration(e)))" }
-            if let c = t["calendar"]?.string { line += " (on calendar '\(c)')" }
-            if let w = t["window"]?.string { line += " (between \(w))" }
-            if let l = t["likely"]?.string { line += "; \(l)" }
+            if let e = t.every { line += " (every \(formatDuration(e)))" }
+            if let c = t.calendar { line += " (on calendar '\(c)')" }
+            if let w = t.window { line += " (between \(w))" }
+            if let l = t.likely { line += "; \(l)" }
             out(line)
-            for u in Pending.unmet(t) {
+            for u in t.unmet {
                 let at = u["rule"]?.string.map { " — rule \($0) (\(u["location"]?.string ?? ""))" } ?? ""
                 out("  unmet: \(u["reason"]?.string ?? "")\(at)")
             }
         }
 
-        func table(_ tasks: [[String: BusValue]]) {
+        func table(_ tasks: [PendingTask]) {
             // The last run of each task from the audit trail (bounded: a queue of thousands is not looked up one by one).
             let audit = tasks.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
             let weekAgo = wallClockNow() - 7 * 86_400
             var rows: [[String]] = [["ID", "STATE", "NEXT", "LEFT", "LAST", "RESULT", "WHY"]]
             for t in tasks {
-                let id = t["id"]?.string ?? "?"
+                let id = t.id
                 var state = "waiting"
-                if case .uint32(let f)? = t["failures"], f > 0, case .uint32(let r)? = t["retry"] { state = "retry \(f)/\(r)" }
+                if t.failures > 0 { state = "retry \(t.failures)/\(t.retry)" }
                 var next = "-", left = "-"
-                if let n = t["next_check"]?.number {
+                if let n = t.nextCheck {
                     next = clockText(n)
                     left = n > wallClockNow() ? formatDuration((n - wallClockNow()).rounded(.up)) : "now"
                 }
@@ -93,8 +92,8 @@ extension Bgtask {
                     last = clockText(f.time)
                     result = f.exitStatus.map { $0 == 0 ? "ok" : "exit \($0)" } ?? f.detail
                 }
-                let others = Pending.unmet(t).count - 1
-                var why = t["reason"]?.string ?? ""
+                let others = t.unmet.count - 1
+                var why = t.reason
                 if why.count > 70 { why = String(why.prefix(69)) + "…" }
                 if others > 0 { why += " (+\(others) more: --long)" }
                 rows.append([id, state, next, left, last, result, why])

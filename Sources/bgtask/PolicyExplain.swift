@@ -1,3 +1,4 @@
+import BgtaskProtocol
 import BgtaskCore
 import BgtaskJSON
 import ArgumentParser
@@ -63,17 +64,17 @@ extension Bgtask.PolicyCommand {
 extension Bgtask.PolicyCommand.Explain {
     /// A pending task's fields as bgtaskd keeps them, and how long it has waited.
     static func queuedTask(_ id: String) throws -> TaskFields {
-        guard case .dicts(let list)? = try DaemonClient.call("ListPending").first,
-              let d = list.first(where: { $0["id"]?.string == id }) else {
+        guard case .dicts(let list)? = try DaemonClient.call(.listPending).first,
+              let d = list.first(where: { $0["id"]?.string == id }), let q = try? PendingTask(variant: d) else {
             DaemonClient.fail("no task \(id) waits in bgtaskd's queue (bgtask pending lists what does)", ExitStatus.failure)
         }
-        var t = TaskFields(id: id, kind: d["kind"]?.string ?? "processing")
-        t.requiresExternalPower = d["requires_external_power"]?.bool ?? false
-        t.requiresNetwork = d["requires_network"]?.bool ?? false
-        t.requiresUnmetered = d["requires_unmetered"]?.bool ?? false
-        t.cpuHeavy = d["cpu_heavy"]?.bool ?? false
-        t.userInitiated = d["user_initiated"]?.bool ?? false
-        if case .double(let submitted)? = d["submitted"] { t.waited = max(0, wallClockNow() - submitted) }
+        var t = TaskFields(id: id, kind: q.kind)
+        t.requiresExternalPower = q.requiresExternalPower
+        t.requiresNetwork = q.requiresNetwork
+        t.requiresUnmetered = q.requiresUnmetered
+        t.cpuHeavy = q.cpuHeavy
+        t.userInitiated = q.userInitiated
+        t.waited = max(0, wallClockNow() - q.submitted)
         return t
     }
 }

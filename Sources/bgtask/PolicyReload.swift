@@ -1,3 +1,4 @@
+import BgtaskProtocol
 import ArgumentParser
 import BgtaskConfig
 import BgtaskJSON
@@ -15,7 +16,7 @@ extension Bgtask.PolicyCommand {
         @Flag(name: .long, help: "Print {\"loaded\": bool, \"said\": string} as JSON.") var json = false
 
         func run() throws {
-            let reply = try DaemonClient.call("ReloadPolicy")
+            let reply = try DaemonClient.call(.reloadPolicy)
             guard reply.count == 2, let ok = reply[0].bool, let said = reply[1].string else {
                 throw ValidationError("bgtaskd answered ReloadPolicy with something else")
             }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -63,18 +64,17 @@ extension Bgtask {
 
         func run() throws {
             let task = taskOptions.task(command: command)
-            var opts: [String: BusValue] = ["id": .string(task.id), "kind": .string(task.kind),
-                                            "requires_external_power": .bool(task.requiresExternalPower),
-                                            "requires_network": .bool(task.requiresNetwork), "requires_unmetered": .bool(task.requiresUnmetered),
-                                            "cpu_heavy": .bool(task.cpuHeavy), "user_initiated": .bool(task.userInitiated)]
-            if let e = (earliest ?? at).flatMap({ parseWhen($0, now: wallClockNow()) }) { opts["earliest"] = .double(e) }
-            if let e = every?.seconds { opts["every"] = .double(e) }
-            if let b = taskOptions.budget?.seconds { opts["budget"] = .double(b) }
-            if let w = taskOptions.between { opts["window"] = .string(w.window.text) }
-            if let c = onCalendar { opts["on_calendar"] = .string(c) }
-            if let r = retry { opts["retry"] = .uint32(UInt32(r)) }
-            if let cwd = getcwd(nil, 0) { opts["directory"] = .string(String(cString: cwd)); free(cwd) }
-            let reply = try DaemonClient.call("Submit", [.dict(opts), .strings(Run.fullCommand ?? command)])
+            var opts = SubmitOptions(id: task.id, kind: task.kind, requiresExternalPower: task.requiresExternalPower,
+                                     requiresNetwork: task.requiresNetwork, requiresUnmetered: task.requiresUnmetered,
+                                     cpuHeavy: task.cpuHeavy, userInitiated: task.userInitiated)
+            opts.earliest = (earliest ?? at).flatMap { parseWhen($0, now: wallClockNow()) }
+            opts.every = every?.seconds
+            opts.budget = taskOptions.budget?.seconds
+            opts.window = taskOptions.between?.window.text
+            opts.onCalendar = onCalendar
+            opts.retry = retry.map { UInt32($0) }
+            if let cwd = getcwd(nil, 0) { opts.directory = String(cString: cwd); free(cwd) }
+            let reply = try DaemonClient.call(.submit, [.dict(opts.variant), .strings(Run.fullCommand ?? command)])
             let id = reply.first?.string ?? task.id
             if json { print(JSONValue.object([("id", .string(id))]).rendered) } else { out(id) }
         }

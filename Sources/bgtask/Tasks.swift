@@ -1,5 +1,6 @@
 import ArgumentParser
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
 import BgtaskJSON
@@ -33,10 +34,10 @@ extension Bgtask {
             sigemptyset(&mask)
             for s in [SIGINT, SIGTERM, SIGHUP, SIGWINCH] { sigaddset(&mask, s) }
             if live { sigprocmask(SIG_BLOCK, &mask, nil) }
-            guard case .dicts(let tasks)? = try DaemonClient.call("ListRunning").first else { return }
+            guard case .dicts(let tasks)? = try DaemonClient.call(.listRunning).first else { return }
             if json { print(DaemonClient.json(.dicts(tasks)).rendered); return }
             guard live, let bus = try? BusConnection() else {
-                for l in Tasks.lines(tasks) { out(l) }
+                for l in Tasks.lines(Tasks.typed(tasks)) { out(l) }
                 return
             }
             // Live: redrawn when the daemon says a task changed or progressed, and each second for the clocks; on
@@ -46,8 +47,8 @@ extension Bgtask {
             let sfd = signalfd(-1, &mask, Int32(SFD_CLOEXEC | SFD_NONBLOCK))
             var gone = false
             func draw() {
-                guard let reply = try? bus.call("ListRunning", []), case .dicts(let now)? = reply.first else { gone = true; loop.quit(); return }
-                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.table(now, width: Tasks.columns()).joined(separator: "\n"), keepNewlines: true), terminator: "")
+                guard let reply = try? bus.call(.listRunning, []), case .dicts(let now)? = reply.first else { gone = true; loop.quit(); return }
+                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.table(Tasks.typed(now), width: Tasks.columns()).joined(separator: "\n"), keepNewlines: true), terminator: "")
                 fflush(stdout)
             }
             if sfd >= 0 {
@@ -64,9 +65,7 @@ extension Bgtask {
                 fflush(stdout)
                 if gone { err("bgtaskd went away") }
             }
-            for member in ["TaskChanged", "TaskProgress"] {
-                bus.subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: member, path: SchedulerBus.path) { _, _ in draw() }
-            }
+            for signal in [SchedulerSignal.taskChanged, .taskProgress] { bus.subscribe(signal) { _, _ in draw() } }
             func tick() { loop.setTimer(in: 1) { draw(); tick() } }
             draw()
             tick()
@@ -80,22 +79,25 @@ extension Bgtask {
         }
 
         /// The live view: one row a task, as `top` lays it out, WHY cut to the terminal's width.
-        static func table(_ tasks: [[String: BusValue]], width: Int) -> [String] {
+        /// The reply's items as the interface describes them (an item that is not is left out, not guessed at).
+        static func typed(_ tasks: [[String: BusValue]]) -> [RunningTask] { tasks.compactMap { try? RunningTask(variant: $0) } }
+
+        static func table(_ tasks: [RunningTask], width: Int) -> [String] {
             let header = "bgtask tasks — \(clockText(wallClockNow())) — \(tasks.count) running (Ctrl-C ends)"
             if tasks.isEmpty { return [header, "", "nothing running"] }
             var rows = [["ID", "STATE", "CPU", "POWER", "RUNTIME", "BUDGET", "WHY"]]
             var bars: [Int: String] = [:]
             for t in tasks {
-                var state = t["state"]?.string ?? ""
-                if case .uint32(let cap)? = t["cpu_cap"] { state += " \(cap)%" }
-                rows.append([t["id"]?.string ?? "?", state,
-                             t["cpu_share"]?.number.map { "\(Int($0.rounded()))%" } ?? "-",
-                             t["watts"]?.number.map { Tasks.watts($0) } ?? "-",
-                             t["runtime"]?.number.map { formatDuration($0.rounded()) } ?? "-",
-                             t["budget_left"]?.number.map { formatDuration($0.rounded()) + " left" } ?? "-",
-                             t["reason"]?.string ?? (t["title"]?.string ?? "")])
-                if let done = t["progress_completed"]?.number, let total = t["progress_total"]?.number, total > 0 {
-                    bars[rows.count - 1] = "    " + bar(done / total)
+                var state = t.state
+                if let cap = t.cpuCap { state += " \(cap)%" }
+                rows.append([t.id, state,
+                             t.cpuShare.map { "\(Int($0.rounded()))%" } ?? "-",
+                             t.watts.map { Tasks.watts($0) } ?? "-",
+                             t.runtime.map { formatDuration($0.rounded()) } ?? "-",
+                             t.budgetLeft.map { formatDuration($0.rounded()) + " left" } ?? "-",
+                             t.reason ?? t.title ?? ""])
+                if let done = t.progressCompleted, let total = t.progressTotal, total > 0 {
+                    bars[rows.count - 1] = "    " + bar(Double(done) / Double(total))
                 }
             }
             let widths = (0..<6).map { c in rows.map { $0[c].count }.max() ?? 0 }
@@ -114,20 +116,20 @@ extension Bgtask {
             w >= 1 ? "~\(Double(Int((w * 10).rounded())) / 10) W" : "~\(Int((w * 1000).rounded())) mW"
         }
 
-        static func lines(_ tasks: [[String: BusValue]]) -> [String] {
+        static func lines(_ tasks: [RunningTask]) -> [String] {
             if tasks.isEmpty { return ["nothing running"] }
             return tasks.map { t in
-                var line = "\(t["id"]?.string ?? "?"): \(t["state"]?.string ?? "")"
-                if let title = t["title"]?.string { line += " — \(title)" + (t["subtitle"]?.string.map { " (\($0))" } ?? "") }
-                if let p = t["pid"]?.number { line += ", pid \(Int(p))" }
-                if let u = t["unit"]?.string { line += ", unit \(u)" }
-                if let c = t["cpu_share"]?.number { line += ", \(Int(c.rounded()))% of a CPU" }
-                if let w = t["watts"]?.number { line += ", \(watts(w))" }
-                if let r = t["runtime"]?.number { line += ", running \(formatDuration(r.rounded()))" }
-                if let b = t["budget_left"]?.number { line += ", \(formatDuration(b.rounded())) of budget left" }
-                if let r = t["reason"]?.string { line += "; \(r)" }
-                if let done = t["progress_completed"]?.number, let total = t["progress_total"]?.number, total > 0 {
-                    line += "\n    " + bar(done / total)
+                var line = "\(t.id): \(t.state)"
+                if let title = t.title { line += " — \(title)" + (t.subtitle.map { " (\($0))" } ?? "") }
+                if let p = t.pid { line += ", pid \(p)" }
+                if let u = t.unit { line += ", unit \(u)" }
+                if let c = t.cpuShare { line += ", \(Int(c.rounded()))% of a CPU" }
+                if let w = t.watts { line += ", \(watts(w))" }
+                if let r = t.runtime { line += ", running \(formatDuration(r.rounded()))" }
+                if let b = t.budgetLeft { line += ", \(formatDuration(b.rounded())) of budget left" }
+                if let r = t.reason { line += "; \(r)" }
+                if let done = t.progressCompleted, let total = t.progressTotal, total > 0 {
+                    line += "\n    " + bar(Double(done) / Double(total))
                 }
                 return line
             }

@@ -2,6 +2,7 @@ import BgtaskJSON
 import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
+import BgtaskProtocol
 import BgtaskCore
 import BgtaskConfig
 import BgtaskPolicy
@@ -109,16 +110,16 @@ extension Bgtask {
             guard let bus = try? BusConnection(),
                   case .bool(true)? = try? bus.call("NameHasOwner", [.string(SchedulerBus.name)], destination: "org.freedesktop.DBus",
                                                     path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", timeoutMs: 2000).first,
-                  case .dicts(let list)? = try? bus.call("ListPending", [], timeoutMs: 5000).first,
-                  let t = list.first(where: { $0["id"]?.string == id }) else { return nil }
+                  case .dicts(let list)? = try? bus.call(.listPending, [], timeoutMs: 5000).first,
+                  let d = list.first(where: { $0["id"]?.string == id }), let t = try? PendingTask(variant: d) else { return nil }
             var parts: [String] = []
-            if case .uint32(let f)? = t["failures"], case .uint32(let r)? = t["retry"], f > 0 { parts.append("retry \(f) of \(r)") }
-            if case .double(let e)? = t["every"] { parts.append("every \(formatDuration(e))") }
-            if let c = t["calendar"]?.string { parts.append("on calendar '\(c)'") }
-            if let w = t["window"]?.string { parts.append("between \(w)") }
-            if case .double(let at)? = t["earliest"], at > wallClockNow() { parts.append("not before \(untilText(at))") }
-            else if let reason = t["reason"]?.string { parts.append("waiting: \(reason)") }
-            if let l = t["likely"]?.string { parts.append(l) }
+            if t.failures > 0 { parts.append("retry \(t.failures) of \(t.retry)") }
+            if let e = t.every { parts.append("every \(formatDuration(e))") }
+            if let c = t.calendar { parts.append("on calendar '\(c)'") }
+            if let w = t.window { parts.append("between \(w)") }
+            if let at = t.earliest, at > wallClockNow() { parts.append("not before \(untilText(at))") }
+            else { parts.append("waiting: \(t.reason)") }
+            if let l = t.likely { parts.append(l) }
             return "Next: " + parts.joined(separator: ", ") + "."
         }
     }

@@ -293,7 +293,7 @@ struct BoundaryTests {
         for (opts, says) in [("'on_calendar': <42>", "on_calendar must be a string"), ("'on_calendar': <'Fri 13'>", "is not a calendar event"),
                              ("'on_calendar': <'\(long)'>", "longer than 256"), ("'on_calendar': <'2001-01-01'>", "never elapses again"),
                              ("'on_calendar': <'daily'>, 'every': <3600.0>", "exclude each other"),
-                             ("'window': <'25:00-01:00'>", "window must be HH:MM-HH:MM"), ("'window': <7>", "window must be HH:MM-HH:MM")] {
+                             ("'window': <'25:00-01:00'>", "window must be HH:MM-HH:MM"), ("'window': <7>", "window must be a string: HH:MM-HH:MM")] {
             let r = try d.call("Submit", "({'id': <'cal'>, \(opts)}, ['true'])", dir: p.dir)
             #expect(r.hasPrefix("ERR org.freedesktop.DBus.Error.InvalidArgs") && r.contains(says), "\(opts): \(r.prefix(300))")
         }

@@ -1,0 +1,95 @@
+import BgtaskBus
+
+/// A value from the bus that is not what the interface says: the key it was under, and why, for InvalidArgs.
+public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let key: String
+    public let message: String
+    public init(key: String, _ message: String) {
+        self.key = key
+        self.message = message
+    }
+    public var description: String { message }
+    /// As the daemon replies with it.
+    public var busError: BusError { SchedulerError.invalidArgs(message) }
+}
+
+extension BusValue {
+    /// Whole numbers of any integer type (and doubles with no fraction): busctl and gdbus callers pick their own.
+    var wholeUInt32: UInt32? {
+        switch self {
+        case .uint32(let v): return v
+        case .uint64(let v): return UInt32(exactly: v)
+        case .int64(let v): return UInt32(exactly: v)
+        case .int32(let v): return UInt32(exactly: v)
+        case .byte(let v): return UInt32(v)
+        case .double(let v): return v.isFinite ? UInt32(exactly: v) : nil
+        default: return nil
+        }
+    }
+    var wholeUInt64: UInt64? {
+        switch self {
+        case .uint64(let v): return v
+        case .uint32(let v): return UInt64(v)
+        case .int64(let v): return UInt64(exactly: v)
+        case .int32(let v): return UInt64(exactly: v)
+        case .byte(let v): return UInt64(v)
+        case .double(let v): return v.isFinite ? UInt64(exactly: v) : nil
+        default: return nil
+        }
+    }
+    var wholeInt64: Int64? {
+        switch self {
+        case .int64(let v): return v
+        case .uint64(let v): return Int64(exactly: v)
+        case .uint32(let v): return Int64(v)
+        case .int32(let v): return Int64(v)
+        case .byte(let v): return Int64(v)
+        case .double(let v): return v.isFinite ? Int64(exactly: v) : nil
+        default: return nil
+        }
+    }
+}
+
+extension BusConnection {
+    /// Calls a method of bgtaskd and waits for the reply (bounded by `timeoutMs`).
+    public func call(_ method: SchedulerMethod, _ args: [BusValue] = [], timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
+        try call(method.rawValue, args, destination: SchedulerBus.name, path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs)
+    }
+
+    /// Emits one of the scheduler's signals to every listener, or to one connection.
+    public func emit(_ signal: SchedulerSignal, _ args: [BusValue], to destination: String? = nil) {
+        if let destination {
+            emitTo(destination, signal.rawValue, args, path: SchedulerBus.path, interface: SchedulerBus.interface)
+        } else {
+            emit(signal.rawValue, args, path: SchedulerBus.path, interface: SchedulerBus.interface)
+        }
+    }
+
+    /// Runs `handler` for each of the scheduler's `signal` (on the thread's main loop).
+    public func subscribe(_ signal: SchedulerSignal, _ handler: @escaping (String, [BusValue]) -> Void) {
+        subscribe(sender: SchedulerBus.name, interface: SchedulerBus.interface, member: signal.rawValue, path: SchedulerBus.path, handler)
+    }
+}
+
+/// Bounds every side of the interface applies the same way.
+public enum RequestBounds {
+    /// How far ahead a date (`earliest`) or a period (`every`) may be: ten years.
+    public static let farthestAhead: Double = 3650 * 86_400
+    public static let maxArguments = 4096
+    public static let maxCommandBytes = 256 * 1024
+    public static let maxDirectoryBytes = 4096
+    /// Submits per caller per second, averaged over a burst of `submitBurst`.
+    public static let submitsPerSecond = 200.0
+    public static let submitBurst = 1000.0
+}
+
+/// An app manifest's `permitted_identifiers` entry: an identifier exactly, or `prefix.*` with a non-empty suffix.
+public enum IdentifierPattern {
+    public static func permits(_ entry: String, _ identifier: String) -> Bool {
+        if entry.hasSuffix(".*") {
+            let prefix = entry.dropLast()
+            return identifier.count > prefix.count && identifier.hasPrefix(prefix)
+        }
+        return entry == identifier
+    }
+}
