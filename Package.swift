@@ -114,6 +114,8 @@ let package = Package(
                     swiftSettings: [.swiftLanguageMode(.v5)]),
         // The same API from Swift 6 code (strict concurrency), as docs/porting.md promises.
         .testTarget(name: "BackgroundTasksSwift6Tests", dependencies: ["BackgroundTasks"]),
+        // The pure core, in virtual time.
+        .testTarget(name: "BgtaskCoreTests", dependencies: ["BgtaskCore"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

@@ -489,8 +489,8 @@ if want("9") {
     let client = try BusConnection(address: session.address)
     func submit(_ id: String, _ argv: [String]) -> Double {
         let t0 = now()
-        do throws(BusError) { _ = try client.call(.submit, [.dict(["id": .string(id), "requires_external_power": .bool(true)]), .strings(argv)]) }
-        catch { fatalError("submit \(id): \(error.name): \(error.message)") }
+        do { _ = try client.call(.submit, [.dict(SubmitOptions(id: id, requiresExternalPower: true).variant), .strings(argv)]) }
+        catch { fatalError("submit \(id): \(error)") }
         return Double(now() - t0) / 1_000_000
     }
 

@@ -448,10 +448,8 @@ public final class Daemon {
 
     static let previousRunStill = "its previous run is still running"
 
-    nonisolated(unsafe) static var runCounter = 0
     static func newRunID(_ id: String) -> String {
-        runCounter += 1
-        return "\(id)-d\(getpid())-\(Int(wallClockNow()))-\(runCounter)"
+        RunID.make(task: id, pid: getpid(), now: wallClockNow(), random: RunID.randomBits())
     }
 
     /// The readings and the daemon's own conditions (`system.preparing_sleep`), as every task sees them.
@@ -681,7 +679,7 @@ public final class Daemon {
 
     func armMidnight() {
         var spec = itimerspec()
-        spec.it_value.tv_sec = time_t(Daemon.nextLocalMidnight(after: wallClockNow()))
+        spec.it_value.tv_sec = time_t(RunEnd.nextLocalMidnight(after: wallClockNow()))
         if timerfd_settime(midnightFD, Int32(TFD_TIMER_ABSTIME) | Int32(TFD_TIMER_CANCEL_ON_SET), &spec, nil) != 0 {
             say("cannot set the midnight timer (timerfd_settime: \(String(cString: strerror(errno))))")
         }
@@ -695,16 +693,6 @@ public final class Daemon {
         afterRound(conditionsChanged: false)
     }
 
-    /// The next local midnight after `t` (seconds since the epoch), by mktime: a day of 23 or 25 hours is one day.
-    static func nextLocalMidnight(after t: Double) -> Double {
-        var now = time_t(t.rounded(.down))
-        var parts = tm()
-        localtime_r(&now, &parts)
-        parts.tm_mday += 1
-        parts.tm_hour = 0; parts.tm_min = 0; parts.tm_sec = 0; parts.tm_isdst = -1
-        return Double(mktime(&parts))
-    }
-
     /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.
     func finished(_ e: Entry) {
         if e.row.isAppTask { try? store.saveUsage(day: batteryUse.day, seconds: batteryUse.seconds) }
@@ -713,7 +701,9 @@ public final class Daemon {
         if let why = s.startRefused {
             // Nothing ran: the request is not spent. It waits out the retry backoff and tries again.
             var r = e.row
-            r.earliest = wallClockNow() + limits.retryBackoff
+            guard case .tryAgain(let notBefore) = RunEnd.next(.init(kind: r.kind, submitted: r.submitted), .notStarted(why: why), now: wallClockNow(),
+                                                               backoff: limits.retryBackoff, backoffMax: limits.retryBackoffMax) else { return }
+            r.earliest = notBefore
             say("\(r.id): not started (\(why)); it tries again not before \(untilText(r.earliest!))")
             if pending[r.id] == nil { add(r) }
             return
@@ -729,35 +719,28 @@ public final class Daemon {
         }
         if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.row.id)) }
         let wasRunning = e.row.state == "running"
-        let failed = status != 0
+        let request = RunEnd.Request(kind: e.row.kind, retry: e.row.retry, failures: e.row.failures, calendar: e.row.calendar,
+                                     every: e.row.every, anchor: e.row.anchor, submitted: e.row.submitted, started: e.row.started)
         var next: QueuedTask?
-        if failed, e.row.retry > e.row.failures {
-            var r = e.row
-            r.failures += 1
-            r.earliest = wallClockNow() + Schedule.backoff(attempt: r.failures, base: limits.retryBackoff, max: limits.retryBackoffMax)
+        var r = e.row
+        switch RunEnd.next(request, .ended(status: status, expiredByRule: s.machine.expiredByRule, ownStatus: s.machine.ownStatus),
+                           now: wallClockNow(), backoff: limits.retryBackoff, backoffMax: limits.retryBackoffMax) {
+        case .retry(let attempt, let notBefore):
+            r.failures = attempt
+            r.earliest = notBefore
             next = r
-            say("\(e.row.id): failed (status \(status)); retry \(r.failures) of \(r.retry) not before \(untilText(r.earliest!))")
-        } else if failed, let rule = s.machine.expiredByRule, e.row.kind != "refresh", s.machine.ownStatus != 0 {
-            // The conditions ended it (the person came back, the charger went, heat), not the work: it waits for
-            // them again, as work interrupted by a crash does. Refresh work is dropped, as on iOS.
-            next = e.row
+            say("\(e.row.id): failed (status \(status)); retry \(attempt) of \(r.retry) not before \(untilText(notBefore))")
+        case .waitAgain(let rule):
+            next = r
             say("\(e.row.id): ended by rule \(rule); queued again, to run when its conditions hold")
-        } else if let text = e.row.calendar {
-            // The next elapse after this start: elapses missed while it waited or the machine was off run once
-            // (systemd's Persistent=true), not once each.
-            if let event = try? CalendarEvent(parsing: text), let at = event.next(after: max(e.row.started ?? 0, wallClockNow())) {
-                var r = e.row
-                r.failures = 0
-                r.earliest = at
-                next = r
-            } else {
-                say("\(e.row.id): its calendar event '\(text)' does not elapse again; not queued again")
-            }
-        } else if let every = e.row.every {
-            var r = e.row
+        case .calendar(let at), .period(let at):
             r.failures = 0
-            r.earliest = Schedule.nextPeriodic(anchor: r.anchor ?? r.submitted, every: every, after: r.started ?? wallClockNow())
+            r.earliest = at
             next = r
+        case .calendarEnded(let reason):
+            say("\(e.row.id): \(reason); not queued again")
+        case .done, .tryAgain:
+            break
         }
         do {
             if wasRunning { try store.remove(e.row.id, state: "running") } else { try store.remove(e.row.id, state: "pending") }
@@ -808,7 +791,7 @@ public final class Daemon {
                 if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
                 else { systemd?.forgetLeftover(u) }
             }
-            let requeue = r.kind != "refresh"
+            let requeue = RunEnd.requeuedAfterCrash(kind: r.kind)
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil
             let what = "interrupted: \(done); " + (requeue ? (pendingExists ? "a newer request is pending" : "queued again") : "refresh work is dropped")
             recordEvent(RunEvent(kind: .recovered, monotonic: monotonic(), detail: what, decision: nil, conditions: [:], exitStatus: nil,

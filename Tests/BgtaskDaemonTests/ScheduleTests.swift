@@ -233,7 +233,7 @@ struct MidnightTests {
     func nextMidnight() {
         var t = 1_798_761_600.0    // 2027-01-01 UTC; then every 7 h 13 min for a year
         while t < 1_830_297_600 {
-            let m = Daemon.nextLocalMidnight(after: t)
+            let m = RunEnd.nextLocalMidnight(after: t)
             var a = time_t(t), b = time_t(m)
             var ta = tm(), tb = tm()
             localtime_r(&a, &ta)
