@@ -47,7 +47,7 @@ if want("0") {
     precondition(policy.rules.count == 50)
     var queue: [TaskFields] = []
     for i in 0..<10_000 {
-        var t = TaskFields(id: "task-\(i)", kind: i % 7 == 0 ? "refresh" : "processing")
+        var t = TaskFields(id: "task-\(i)", kind: i % 7 == 0 ? .refresh : .processing)
         t.cpuHeavy = i % 3 == 0
         t.requiresNetwork = i % 5 == 0
         t.requiresExternalPower = i % 2 == 0
@@ -516,7 +516,7 @@ if want("9") {
     // 10,000 persisted: written straight into the queue while the daemon is stopped, then a cold start.
     let store = try QueueStore(path: dir.appendingPathComponent("state/queue.sqlite").path)
     for i in 0..<8_950 {
-        var r = QueuedTask(id: "persisted-\(i)", kind: "processing", argv: ["true"], submitted: Date().timeIntervalSince1970)
+        var r = QueuedTask(id: "persisted-\(i)", kind: .processing, argv: ["true"], submitted: Date().timeIntervalSince1970)
         r.requiresExternalPower = true
         try store.put(r)
     }

@@ -23,12 +23,12 @@ public struct AppManifest: Sendable, Equatable {
     public var command: [String]
     /// Exact identifiers, or `prefix.*` (any identifier that starts with `prefix.`), for continued tasks.
     public var identifiers: [String]
-    public var kinds: Set<String>
+    public var kinds: Set<TaskKind>
     public var resources: Set<String>
     /// What a person calls the app (notifications, `bgtask apps`); the id when absent.
     public var name: String?
 
-    public static let allKinds: Set<String> = ["refresh", "processing", "continued"]
+    public static let allKinds: Set<TaskKind> = [.refresh, .processing, .continued]
     public static let knownResources: Set<String> = ["gpu"]
     static let keys = ["id", "name", "command", "permitted_identifiers", "kinds", "resources"]
 
@@ -94,9 +94,10 @@ public struct AppManifest: Sendable, Equatable {
                 errors.append(problem("permitted identifier '\(p)': an identifier, or a prefix ending in '.*'", key: "permitted_identifiers"))
             }
         }
-        let kinds = strings("kinds", required: false).map(Set.init) ?? allKinds
-        if !kinds.isSubset(of: allKinds) {
-            errors.append(problem("kinds: \(kinds.subtracting(allKinds).sorted().joined(separator: ", ")) unknown (refresh, processing, continued)", key: "kinds"))
+        let named = strings("kinds", required: false).map(Set.init)
+        let kinds = named.map { Set($0.compactMap(TaskKind.init(rawValue:))).intersection(allKinds) } ?? allKinds
+        if let named, let unknown = Optional(named.subtracting(kinds.map(\.rawValue))), !unknown.isEmpty {
+            errors.append(problem("kinds: \(unknown.sorted().joined(separator: ", ")) unknown (refresh, processing, continued)", key: "kinds"))
         }
         let resources = strings("resources", required: false).map(Set.init) ?? []
         if !resources.isSubset(of: knownResources) {

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskPolicy
 
 /// What the queue does with a task when one run of it is over: the rules of retries, periods, calendar events
 /// and interrupted work, as a pure function of the request and how the run ended, so they are tested in virtual
@@ -8,7 +9,7 @@
 public enum RunEnd {
     /// The parts of a queued request these rules read.
     public struct Request: Sendable, Equatable {
-        public var kind: String
+        public var kind: TaskKind
         /// Retries allowed after a failure, and how many were used.
         public var retry: Int
         public var failures: Int
@@ -20,7 +21,7 @@ public enum RunEnd {
         /// When this run started (wall clock); nil if it never did.
         public var started: Double?
 
-        public init(kind: String, retry: Int = 0, failures: Int = 0, calendar: String? = nil, every: Double? = nil,
+        public init(kind: TaskKind, retry: Int = 0, failures: Int = 0, calendar: String? = nil, every: Double? = nil,
                     anchor: Double? = nil, submitted: Double, started: Double? = nil) {
             self.kind = kind
             self.retry = retry
@@ -76,7 +77,7 @@ public enum RunEnd {
         // The conditions ended it (the person came back, the charger went, heat), not the work: it waits for them
         // again, as work interrupted by a crash does. Refresh work is dropped, as on iOS. A command that exited
         // on its own with success after the expiration is done.
-        if failed, let rule, r.kind != "refresh", own != 0 {
+        if failed, let rule, r.kind != .refresh, own != 0 {
             return .waitAgain(rule: rule)
         }
         if let text = r.calendar {
@@ -98,7 +99,7 @@ public enum RunEnd {
 
     /// Whether work a dead daemon left running is queued again: processing, continued and regular work is;
     /// refresh work is dropped, as iOS drops a refresh the app did not finish.
-    public static func requeuedAfterCrash(kind: String) -> Bool { kind != "refresh" }
+    public static func requeuedAfterCrash(kind: TaskKind) -> Bool { kind != .refresh }
 
     /// The start of the next local day after `t` (a day's battery budget resets there), by the C library's zone
     /// rules: a day of 23 or 25 hours across a daylight-saving change, never a fixed 86,400 s.

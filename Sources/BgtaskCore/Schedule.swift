@@ -85,12 +85,12 @@ public enum Schedule {
 
         /// nil if an app with `pending` requests of `kind` may have one more, else why not (Apple's
         /// `tooManyPendingTaskRequests`).
-        public func pendingOfKind(_ kind: String, app: String, pending: Int) -> String? {
+        public func pendingOfKind(_ kind: TaskKind, app: String, pending: Int) -> String? {
             let (most, setting): (Int, String)
             switch kind {
-            case "refresh": (most, setting) = (maxPendingRefresh, "daemon.max_pending_refresh")
-            case "processing": (most, setting) = (maxPendingProcessing, "daemon.max_pending_processing")
-            default: return nil
+            case .refresh: (most, setting) = (maxPendingRefresh, "daemon.max_pending_refresh")
+            case .processing: (most, setting) = (maxPendingProcessing, "daemon.max_pending_processing")
+            case .continued, .regular: return nil
             }
             guard pending >= most else { return nil }
             return "\(app) has \(pending) pending \(kind) request\(pending == 1 ? "" : "s"), the most \(setting) allows"

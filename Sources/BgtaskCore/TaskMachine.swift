@@ -1,5 +1,24 @@
 import BgtaskPolicy
 
+/// Why a task gave up without starting.
+public enum GiveUpCause: Sendable, Equatable, CustomStringConvertible {
+    /// `--no-wait`: it could not start now.
+    case noWait
+    /// `--max-wait`: it waited this long.
+    case maxWait(Double)
+    /// A signal came while it waited.
+    case signal(Int32)
+
+    /// "--no-wait", "--max-wait 1h", "signal 2 while waiting": as the audit trail records it.
+    public var description: String {
+        switch self {
+        case .noWait: return "--no-wait"
+        case .maxWait(let m): return "--max-wait \(formatDuration(m))"
+        case .signal(let s): return "signal \(s) while waiting"
+        }
+    }
+}
+
 /// Where a task is in its life.
 public enum TaskPhase: Sendable, Equatable {
     case waiting
@@ -10,7 +29,7 @@ public enum TaskPhase: Sendable, Equatable {
     case expiring(killAt: Double, killed: Bool)
     case finished(status: Int32)
     /// It never started: waited too long (`--max-wait`), could not start now (`--no-wait`), or was interrupted.
-    case gaveUp(reason: String)
+    case gaveUp(reason: GiveUpCause)
 
     /// A number per phase (and cap), cheap to compare across 10,000 tasks.
     public var code: Int {
@@ -49,7 +68,7 @@ public enum TaskAction: Sendable, Equatable {
     /// The grace is over: SIGKILL.
     case kill
     /// Never started; the run ends with EX_TEMPFAIL (or 128+N for a signal).
-    case giveUp(reason: String)
+    case giveUp(reason: GiveUpCause)
     /// A signal the supervisor received, for the command's group; `thaw` for those meant to end it.
     case forward(signal: Int32, thaw: Bool)
     /// The CPU monitor found undeclared heavy work (share of a CPU, percent): rules on task.cpu_heavy apply.
@@ -96,7 +115,7 @@ public struct TaskLimits: Sendable, Equatable {
     /// The limits the policy's settings give a task of this kind, with the command line's on top.
     public static func from(settings: PolicySettings, task: TaskFields, budget: Double? = nil, maxWait: Double? = nil,
                             noWait: Bool = false, cpuMonitor: Bool = true) -> TaskLimits {
-        var l = TaskLimits(budget: budget ?? (task.kind == "refresh" ? settings.number("run.refresh_budget") : nil),
+        var l = TaskLimits(budget: budget ?? (task.kind == .refresh ? settings.number("run.refresh_budget") : nil),
                            maxWait: maxWait, noWait: noWait, expireGrace: settings.number("run.expire_grace"))
         // As on iOS: work that waits for the charger is not watched for CPU use.
         if cpuMonitor && !task.requiresExternalPower { l.cpuMonitorPercent = settings.number("run.cpu_monitor_percent") }
@@ -253,8 +272,8 @@ public struct TaskMachine: Sendable {
         switch phase {
         case .waiting:
             interruptedBy = sig
-            phase = .gaveUp(reason: "signal \(sig) while waiting")
-            return [.giveUp(reason: "signal \(sig) while waiting")]
+            phase = .gaveUp(reason: .signal(sig))
+            return [.giveUp(reason: .signal(sig))]
         case .running, .paused, .expiring:
             if terminating, case .paused(let cap) = phase { phase = .running(cpuCap: cap) }
             return [.forward(signal: sig, thaw: terminating)]
@@ -315,12 +334,12 @@ public struct TaskMachine: Sendable {
         switch phase {
         case .waiting:
             if limits.noWait, let d = lastDecision, (d.verdict != .run && d.verdict != .throttle) || startBlock != nil {
-                phase = .gaveUp(reason: "--no-wait")
-                return [.giveUp(reason: "--no-wait")]
+                phase = .gaveUp(reason: .noWait)
+                return [.giveUp(reason: .noWait)]
             }
             if let m = limits.maxWait, now - enqueuedAt >= m {
-                phase = .gaveUp(reason: "--max-wait \(formatDuration(m))")
-                return [.giveUp(reason: "--max-wait \(formatDuration(m))")]
+                phase = .gaveUp(reason: .maxWait(m))
+                return [.giveUp(reason: .maxWait(m))]
             }
         case .running, .paused:
             if let b = limits.budget, let s = startedAt, now - s >= b {

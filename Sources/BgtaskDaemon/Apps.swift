@@ -119,7 +119,7 @@ extension Daemon {
             // A sandboxed app sees its own manifest only (how the library learns its id), nothing of other apps'.
             let visible = who.sandbox == .none ? Array(apps.values) : apps.values.filter { $0.id == who.sandbox.appID }
             var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
-                AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.sorted(),
+                AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
                         resources: m.resources.sorted(), enabled: !disabledApps.contains(m.id), connected: clients[m.id] != nil,
                         endedBySystem: UInt32(standing[m.id] ?? 0), refreshHeldBackS: Schedule.refreshHoldBack(ended: standing[m.id] ?? 0))
             }
@@ -248,15 +248,15 @@ extension Daemon {
 
     func appSubmit(_ m: AppManifest, _ r: AppRequest, _ call: BusCall) -> Result<Void, BusError> {
         func bad(_ s: String) -> Result<Void, BusError> { .failure(SchedulerError.invalidArgs(s)) }
-        let identifier = r.identifier, kind = r.kind
+        let identifier = r.identifier
         if let why = TaskID.problem(identifier) { return bad(why) }
-        guard AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
+        guard let kind = TaskKind(rawValue: r.kind), AppManifest.allKinds.contains(kind) else { return bad("kind (s) is one of refresh, processing, continued") }
         guard m.permits(identifier) else {
             return .failure(SchedulerError.notPermitted("\(identifier) is not among \(m.id)'s permitted identifiers (\(m.path))"))
         }
         // As in iOS 26: a wildcard (`prefix.*`) permits continued tasks only; refresh and processing work needs its
         // identifier listed as it is.
-        guard kind == "continued" || m.identifiers.contains(identifier) else {
+        guard kind == .continued || m.identifiers.contains(identifier) else {
             return .failure(SchedulerError.notPermitted("\(identifier) matches only a wildcard in \(m.path), which permits continued tasks; list it as it is for \(kind) work"))
         }
         guard m.kinds.contains(kind) else {
@@ -277,14 +277,14 @@ extension Daemon {
         row.runID = Daemon.newRunID(key)
         row.requiresExternalPower = r.requiresExternalPower ?? false
         row.requiresNetwork = r.requiresNetwork ?? false
-        if kind == "continued" { row.userInitiated = true }
+        if kind == .continued { row.userInitiated = true }
         if let t = r.earliest {
             guard t >= 0, t <= wallClockNow() + RequestBounds.farthestAhead else { return bad("earliest: seconds since the epoch, at most ten years ahead") }
             row.earliest = t
         }
         // An app with tasks the system had to end gets its refresh work launched less often (Apple: it counts
         // against the app), said in the request's story.
-        if kind == "refresh", let n = standing[m.id], n > 0 {
+        if kind == .refresh, let n = standing[m.id], n > 0 {
             let notBefore = wallClockNow() + Schedule.refreshHoldBack(ended: n)
             if (row.earliest ?? 0) < notBefore {
                 row.earliest = notBefore
@@ -316,7 +316,7 @@ extension Daemon {
             return .failure(SchedulerError.tooManyPending("\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
         }
         // `.fail`: the app wants to know now whether the work can start now.
-        if kind == "continued", row.strategy == "fail", let c = conditions {
+        if kind == .continued, row.strategy == "fail", let c = conditions {
             let d = Policy.Evaluator(policy: policy, conditions: c, time: localTime()).decideNow(row.fields)
             let startsNow = (d.verdict == .run || d.verdict == .throttle) && limits.slot(for: row.fields, load: load) == nil && row.earliest.map { $0 <= wallClockNow() } ?? true
             if !startsNow {
@@ -336,12 +336,12 @@ extension Daemon {
 
     /// Hands a started task to its app: at once if the app is there and ready, else once it is (launching it
     /// with its manifest's command if it is not running). Several due tasks of one app arrive in one launch.
-    func deliver(_ t: AppTask, kind: String) -> String {
+    func deliver(_ t: AppTask, kind: TaskKind) -> String {
         if let c = clients[t.app], c.ready {
             t.delivered = true
-            bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind)], to: c.connection)
+            bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind.rawValue)], to: c.connection)
             let key = appKey(t.app, t.identifier)
-            if kind == "continued", let e = running[key] ?? pending[key] {
+            if kind == .continued, let e = running[key] ?? pending[key] {
                 presenter.show(key: key, appID: t.app, appName: apps[t.app]?.name ?? t.app,
                                title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
             }
@@ -422,7 +422,7 @@ extension Daemon {
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
-        for (id, e) in pending where e.row.app == app && e.row.kind == "continued" {
+        for (id, e) in pending where e.row.app == app && e.row.kind == .continued {
             _ = cancel(id, by: "bgtaskd: \(app) \(why)")
         }
         afterRound(conditionsChanged: false)

@@ -711,7 +711,7 @@ public final class Daemon {
         // Units included: a manager that crashed leaves its units' processes running.
         if let token = s.runOptions.runToken { endLeftovers(of: e.row.id, token: token) }
         if e.row.isAppTask {
-            if e.row.kind == "continued" {
+            if e.row.kind == .continued {
                 presenter.finish(key: e.row.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.row.id) ?? "not completed")
             }
             views[e.row.id] = nil
@@ -877,7 +877,7 @@ public final class Daemon {
                                   decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
             do {
                 try store.remove(e.row.id, state: "running")
-                if e.row.kind != "refresh", pending[e.row.id] == nil {
+                if e.row.kind != .refresh, pending[e.row.id] == nil {
                     try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.row.id)))
                 }
             } catch { say("\(e.row.id): cannot update the queue: \(error)") }

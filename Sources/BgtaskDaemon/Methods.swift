@@ -119,8 +119,7 @@ extension Daemon {
         if argv.reduce(0, { $0 + $1.utf8.count + 1 }) > RequestBounds.maxCommandBytes { return bad("the command is over \(RequestBounds.maxCommandBytes) bytes") }
         let id = opts.id ?? TaskID.fromCommand(argv[0])
         if let why = TaskID.problem(id) { return bad(why) }
-        let kind = opts.kind ?? "processing"
-        guard ["processing", "refresh", "continued", "regular"].contains(kind) else { return bad("kind '\(kind)': one of processing, refresh, continued, regular") }
+        guard let kind = TaskKind(rawValue: opts.kind ?? "processing") else { return bad("kind '\(opts.kind ?? "")': one of \(TaskKind.names)") }
         let now = wallClockNow()
         var row = QueuedTask(id: id, kind: kind, argv: argv, submitted: now)
         row.runID = Daemon.newRunID(id)
@@ -130,7 +129,7 @@ extension Daemon {
         row.cpuHeavy = opts.cpuHeavy ?? false
         row.userInitiated = opts.userInitiated ?? false
         if row.requiresUnmetered { row.requiresNetwork = true }
-        if kind == "continued" { row.userInitiated = true }
+        if kind == .continued { row.userInitiated = true }
         func seconds(_ key: String, _ value: Double?, max: Double) -> Result<Double?, BusError> {
             guard let n = value else { return .success(nil) }
             guard n >= 0, n <= max else {
@@ -219,7 +218,7 @@ extension Daemon {
         let r = readings ?? [:]
         var waits: [(name: String, what: String, future: String)] = []
         if e.row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
-        if e.row.kind == "processing" && !e.row.userInitiated && r["user.idle"] == .bool(false) {
+        if e.row.kind == .processing && !e.row.userInitiated && r["user.idle"] == .bool(false) {
             waits.append(("user.idle", "you stepped away", "you step away"))
         }
         if e.row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
@@ -249,7 +248,7 @@ extension Daemon {
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
         return all.filter(\.isWaiting).map { e in
-            var t = PendingTask(id: e.row.id, app: e.row.app, kind: e.row.kind, command: e.row.command, submitted: e.row.submitted,
+            var t = PendingTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, command: e.row.command, submitted: e.row.submitted,
                                 reason: e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason,
                                 requiresExternalPower: e.row.requiresExternalPower, requiresNetwork: e.row.requiresNetwork,
                                 requiresUnmetered: e.row.requiresUnmetered, cpuHeavy: e.row.cpuHeavy, userInitiated: e.row.userInitiated,
@@ -288,7 +287,7 @@ extension Daemon {
         let mono = monotonic()
         return running.values.sorted { $0.row.id < $1.row.id }.filter { !$0.supervisor.isDone }.map { e in
             let s = e.supervisor
-            var t = RunningTask(id: e.row.id, app: e.row.app, kind: e.row.kind, state: stateName(s), command: e.row.command)
+            var t = RunningTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, state: stateName(s), command: e.row.command)
             t.pid = s.pid.map { UInt32($0) }
             if let started = s.startedAt {
                 let runtime = max(0, mono - started)

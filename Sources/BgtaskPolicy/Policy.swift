@@ -86,10 +86,17 @@ public struct Policy: Sendable {
     }
 }
 
+/// What a task is, as iOS's request classes say it (`regular`: a plain command, none of them).
+public enum TaskKind: String, CaseIterable, Sendable, Codable {
+    case processing, refresh, continued, regular
+    /// "processing, refresh, continued, regular", for messages that list them.
+    public static let names = allCases.map(\.rawValue).joined(separator: ", ")
+}
+
 /// A task's own fields, as rules read them (`task.*`).
 public struct TaskFields: Sendable, Equatable {
     public var id: String
-    public var kind: String
+    public var kind: TaskKind
     public var requiresExternalPower = false
     public var requiresNetwork = false
     public var requiresUnmetered = false
@@ -101,7 +108,7 @@ public struct TaskFields: Sendable, Equatable {
     /// `--between`: the local hours it may run in.
     public var window: ClockWindow?
 
-    public init(id: String, kind: String = "processing") {
+    public init(id: String, kind: TaskKind = .processing) {
         self.id = id
         self.kind = kind
     }
@@ -191,7 +198,7 @@ extension Policy {
     func fillTask(_ t: TaskFields, into frame: Frame) {
         let i = slots.taskIndex
         frame.task[i.id] = .string(t.id)
-        frame.task[i.kind] = .string(t.kind)
+        frame.task[i.kind] = .string(t.kind.rawValue)
         frame.task[i.power] = .bool(t.requiresExternalPower)
         frame.task[i.network] = .bool(t.requiresNetwork)
         frame.task[i.unmetered] = .bool(t.requiresUnmetered)
@@ -215,7 +222,7 @@ extension Policy {
         if t.requiresUnmetered { s |= 4 }
         if t.cpuHeavy { s |= 8 }
         if t.userInitiated { s |= 16 }
-        switch t.kind { case "processing": s |= 32; case "refresh": s |= 64; case "continued": s |= 96; case "regular": s |= 160; default: s |= 128 }
+        switch t.kind { case .processing: s |= 32; case .refresh: s |= 64; case .continued: s |= 96; case .regular: s |= 160 }
         return s
     }
 

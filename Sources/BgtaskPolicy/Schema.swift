@@ -20,7 +20,7 @@ public struct Schema: Sendable {
     static let warnings = PolicyType.enumeration(name: "battery warning", cases: ["none", "low", "critical", "action"], ordered: true)
     static let networkKinds = PolicyType.enumeration(name: "network kind",
                                                      cases: ["ethernet", "wifi", "cellular", "loopback", "virtual", "other"], ordered: false)
-    static let taskKinds = PolicyType.enumeration(name: "task kind", cases: ["processing", "refresh", "continued", "regular"], ordered: false)
+    static let taskKinds = PolicyType.enumeration(name: "task kind", cases: TaskKind.allCases.map(\.rawValue), ordered: false)
     static let weekdays = PolicyType.enumeration(name: "weekday", cases: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], ordered: false)
 
     public static let standard: Schema = {

@@ -15,7 +15,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public var id: String
     /// The app that submitted it (its manifest id), or "cli" for the command line.
     public var app: String
-    public var kind: String
+    public var kind: TaskKind
     /// JSON array of the command's arguments.
     public var argv: String
     public var requiresExternalPower = false
@@ -57,7 +57,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     /// A task an app handles (its command is the app's, from its manifest), not a command of its own.
     public var isAppTask: Bool { app != "cli" }
 
-    public init(id: String, app: String = "cli", kind: String, argv: [String], submitted: Double) {
+    public init(id: String, app: String = "cli", kind: TaskKind, argv: [String], submitted: Double) {
         self.id = id
         self.app = app
         self.kind = kind
@@ -73,7 +73,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
 
     /// Its values, in the order of `columns`.
     var values: [(any DatabaseValueConvertible)?] {
-        [id, app, kind, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
+        [id, app, kind.rawValue, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
          earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup,
          started, title, subtitle, strategy, resources, token, calendar, window]
     }
@@ -87,7 +87,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public init(row r: Row) throws {
         id = r["id"] ?? ""
         app = r["app"] ?? "cli"
-        kind = r["kind"] ?? "processing"
+        kind = TaskKind(rawValue: r["kind"] ?? "") ?? .processing
         argv = r["argv"] ?? "[]"
         requiresExternalPower = r["requires_external_power"] ?? false
         requiresNetwork = r["requires_network"] ?? false

@@ -43,7 +43,7 @@ public struct SupervisorRecord: Sendable, Equatable {
         cgroup=\(cgroup)
         run_id=\(runID)
         task_id=\(task.id)
-        task_kind=\(task.kind)
+        task_kind=\(task.kind.rawValue)
         task_flags=\(flags.joined(separator: ","))
         state=\(state)
         grace=\(grace)
@@ -65,7 +65,7 @@ public struct SupervisorRecord: Sendable, Equatable {
         guard let boot = id("boot_id"), let sp = kv["supervisor_pid"].flatMap({ pid_t($0) }), sp > 1,
               let ss = kv["supervisor_start"].flatMap({ UInt64($0) }), let uid = kv["uid"].flatMap({ uid_t($0) }),
               let pg = kv["pgid"].flatMap({ pid_t($0) }), pg > 1, let cs = kv["child_start"].flatMap({ UInt64($0) }),
-              let cg = id("cgroup"), let run = id("run_id"), let taskID = id("task_id"), let kind = id("task_kind"),
+              let cg = id("cgroup"), let run = id("run_id"), let taskID = id("task_id"), let kind = id("task_kind").flatMap(TaskKind.init(rawValue:)),
               let state = id("state"), let grace = kv["grace"].flatMap({ Double($0) }), grace.isFinite, grace >= 0, grace <= 3600
         else { return nil }
         var task = TaskFields(id: taskID, kind: kind)

@@ -259,7 +259,7 @@ public final class Supervisor {
     }
 
     public static func thermalKey(_ t: TaskFields, phaseCode: Int) -> Int {
-        let kind = ["processing": 0, "refresh": 1, "continued": 2, "regular": 4][t.kind] ?? 3
+        let kind = TaskKind.allCases.firstIndex(of: t.kind)!    // 0 to 3: the two bits `* 4` leaves
         let flags = [t.requiresExternalPower, t.requiresNetwork, t.requiresUnmetered, t.cpuHeavy, t.userInitiated]
             .enumerated().reduce(0) { $0 | ($1.element ? 1 << $1.offset : 0) }
         return (phaseCode * 4 + kind) * 32 + flags
@@ -464,9 +464,12 @@ public final class Supervisor {
                 process?.signal(SIGKILL)
                 record(.killed, "SIGKILL after the grace period")
             case .giveUp(let reason):
-                record(.gaveUp, reason, decision: d)
-                if reason.hasPrefix("--max-wait ") { say("gave up waiting after \(reason.dropFirst("--max-wait ".count))") }
-                else if reason.hasPrefix("signal ") { say("interrupted by \(reason)") }
+                record(.gaveUp, reason.description, decision: d)
+                switch reason {
+                case .maxWait(let m): say("gave up waiting after \(formatDuration(m))")
+                case .signal: say("interrupted by \(reason)")
+                case .noWait: break
+                }
             case .forward(let sig, let thaw):
                 if thaw { process?.thawForSignal() }
                 process?.signal(sig)

@@ -68,7 +68,7 @@ extension Bgtask.PolicyCommand.Explain {
               let d = list.first(where: { $0["id"]?.string == id }), let q = try? PendingTask(variant: d) else {
             DaemonClient.fail("no task \(id) waits in bgtaskd's queue (bgtask pending lists what does)", ExitStatus.failure)
         }
-        var t = TaskFields(id: id, kind: q.kind)
+        var t = TaskFields(id: id, kind: TaskKind(rawValue: q.kind) ?? .processing)
         t.requiresExternalPower = q.requiresExternalPower
         t.requiresNetwork = q.requiresNetwork
         t.requiresUnmetered = q.requiresUnmetered

@@ -22,7 +22,7 @@ enum TaskSpec {
     ]
 
     static func parse(_ spec: String) throws -> TaskFields {
-        var t = TaskFields(id: "task", kind: "processing")
+        var t = TaskFields(id: "task")
         for part in spec.split(separator: ",").map({ String($0).trimmingCharacters(in: " ") }) where !part.isEmpty {
             let kv = part.split(separator: "=", maxSplits: 1).map(String.init)
             let key = kv[0], value = kv.count > 1 ? kv[1] : "true"
@@ -33,10 +33,8 @@ enum TaskSpec {
                 guard !value.isEmpty, value.count <= 128 else { throw ValidationError("--task id: 1 to 128 characters") }
                 t.id = value
             } else if key == "kind" {
-                guard ["processing", "refresh", "continued", "regular"].contains(value) else {
-                    throw ValidationError("--task kind=\(value): one of processing, refresh, continued, regular")
-                }
-                t.kind = value
+                guard let kind = TaskKind(rawValue: value) else { throw ValidationError("--task kind=\(value): one of \(TaskKind.names)") }
+                t.kind = kind
             } else if key == "waited" || key == "running" {
                 guard let d = parseDuration(value) else { throw ValidationError("--task \(key)=\(value): a duration such as 2h or 90s") }
                 if key == "waited" { t.waited = d } else { t.running = d }

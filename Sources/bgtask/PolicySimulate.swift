@@ -107,7 +107,7 @@ extension Bgtask.PolicyCommand {
                         case .resume: return ("resumed", "")
                         case .expire: return ("expired", "")
                         case .kill: return ("killed", "")
-                        case .giveUp(let r): return ("gave-up", r)
+                        case .giveUp(let r): return ("gave-up", r.description)
                         default: return (nil, "")
                         }
                     }()

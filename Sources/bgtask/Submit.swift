@@ -64,7 +64,7 @@ extension Bgtask {
 
         func run() throws {
             let task = taskOptions.task(command: command)
-            var opts = SubmitOptions(id: task.id, kind: task.kind, requiresExternalPower: task.requiresExternalPower,
+            var opts = SubmitOptions(id: task.id, kind: task.kind.rawValue, requiresExternalPower: task.requiresExternalPower,
                                      requiresNetwork: task.requiresNetwork, requiresUnmetered: task.requiresUnmetered,
                                      cpuHeavy: task.cpuHeavy, userInitiated: task.userInitiated)
             opts.earliest = (earliest ?? at).flatMap { parseWhen($0, now: wallClockNow()) }

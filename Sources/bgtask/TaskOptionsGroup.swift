@@ -3,9 +3,7 @@ import BgtaskConfig
 import BgtaskPolicy
 
 /// A task's kind, as `--kind` takes it (completed by the shells from the cases).
-enum TaskKind: String, ExpressibleByArgument, CaseIterable, Sendable {
-    case processing, refresh, continued, regular
-}
+extension TaskKind: ExpressibleByArgument {}
 
 /// A duration argument (`90s`, `30m`, `2h`, `1d`, `1h30m`), parsed once where the argument is read.
 struct DurationArgument: ExpressibleByArgument, Sendable, CustomStringConvertible {
@@ -88,7 +86,7 @@ struct TaskOptionsGroup: ParsableArguments {
 
     func task(command: [String]) -> TaskFields {
         let k = ignoreIdle && kind == .processing ? TaskKind.regular : kind
-        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: k.rawValue)
+        var t = TaskFields(id: id ?? TaskID.fromCommand(command.first ?? "task"), kind: k)
         t.requiresExternalPower = requiresExternalPower
         t.requiresNetwork = requiresNetwork
         t.requiresUnmetered = unmetered

@@ -25,7 +25,7 @@ struct VerdictCase: CustomTestStringConvertible, Sendable {
 }
 
 func task(_ spec: String) -> TaskFields {
-    var t = TaskFields(id: "t", kind: "processing")
+    var t = TaskFields(id: "t", kind: .processing)
     for f in spec.split(separator: ",") {
         switch f {
         case "power": t.requiresExternalPower = true
@@ -33,7 +33,7 @@ func task(_ spec: String) -> TaskFields {
         case "unmetered": t.requiresNetwork = true; t.requiresUnmetered = true
         case "heavy": t.cpuHeavy = true
         case "user": t.userInitiated = true
-        case "refresh": t.kind = "refresh"
+        case "refresh": t.kind = .refresh
         default: break
         }
     }
@@ -88,7 +88,7 @@ struct TaskMachineTests {
     @Test("waiting → started → throttled → paused → resumed → expired, in virtual time")
     func lifecycle() throws {
         let p = try defaultPolicy()
-        var t = TaskFields(id: "build", kind: "processing")
+        var t = TaskFields(id: "build", kind: .processing)
         t.requiresExternalPower = true
         t.cpuHeavy = true
         var m = TaskMachine(task: t, enqueuedAt: 0)
@@ -152,7 +152,7 @@ struct TaskMachineTests {
     @Test("a debug launch runs whatever the conditions say: later defer, pause and expire verdicts leave it running; its budget still ends it")
     func debugLaunchIsNotEndedByConditions() throws {
         let p = try defaultPolicy()
-        var t = TaskFields(id: "sync", kind: "refresh")
+        var t = TaskFields(id: "sync", kind: .refresh)
         t.requiresExternalPower = true
         var limits = TaskLimits(budget: 30, expireGrace: 5)
         limits.pauseExpires = true   // an app's task: a defer verdict would expire it
@@ -179,13 +179,13 @@ struct TaskMachineTests {
         var m = TaskMachine(task: t, enqueuedAt: 0, limits: TaskLimits(maxWait: 3600))
         #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [])
         #expect(m.nextWake == 3600)
-        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 3600).1 == [.giveUp(reason: "--max-wait 1h")])
+        #expect(m.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 3600).1 == [.giveUp(reason: .maxWait(3600))])
         #expect(m.exitStatus == 75)
         var n = TaskMachine(task: t, enqueuedAt: 0, limits: TaskLimits(noWait: true))
-        #expect(n.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [.giveUp(reason: "--no-wait")])
+        #expect(n.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0).1 == [.giveUp(reason: .noWait)])
         var s = TaskMachine(task: t, enqueuedAt: 0)
         _ = s.step(Policy.Evaluator(policy: p, conditions: battery, time: .midnightMonday), now: 0)
-        #expect(s.signal(2, terminating: true) == [.giveUp(reason: "signal 2 while waiting")])
+        #expect(s.signal(2, terminating: true) == [.giveUp(reason: .signal(2))])
         #expect(s.exitStatus == 130)
     }
 
@@ -379,7 +379,7 @@ struct IdleRuleTests {
     @Test("a processing task waits while the person is active, starts when away, expires within 5 s when they return, and a new run waits again")
     func processingFollowsPresence() throws {
         let p = try defaultPolicy()
-        var m = TaskMachine(task: TaskFields(id: "clean", kind: "processing"), enqueuedAt: 0)
+        var m = TaskMachine(task: TaskFields(id: "clean", kind: .processing), enqueuedAt: 0)
         func at(_ now: Double, _ c: [String: PolicyValue]) -> (Decision, [TaskAction]) {
             m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now)
         }
@@ -391,23 +391,23 @@ struct IdleRuleTests {
         #expect(at(20, present).1 == [.expire(grace: 5, why: .verdict)])
         #expect(m.expiredByRule == "processing.user-away")
         #expect(m.nextWake == 25)
-        var again = TaskMachine(task: TaskFields(id: "clean", kind: "processing"), enqueuedAt: 30)
+        var again = TaskMachine(task: TaskFields(id: "clean", kind: .processing), enqueuedAt: 30)
         #expect(again.step(Policy.Evaluator(policy: p, conditions: present, time: .midnightMonday), now: 30).1 == [])
     }
 
     @Test("refresh, continued, regular and user-initiated work is not gated on presence; unknown presence gates nothing")
     func othersAreNotGated() throws {
         let p = try defaultPolicy()
-        var user = TaskFields(id: "u", kind: "processing")
+        var user = TaskFields(id: "u", kind: .processing)
         user.userInitiated = true
-        for t in [TaskFields(id: "r", kind: "refresh"), TaskFields(id: "c", kind: "continued"), TaskFields(id: "g", kind: "regular"), user] {
+        for t in [TaskFields(id: "r", kind: .refresh), TaskFields(id: "c", kind: .continued), TaskFields(id: "g", kind: .regular), user] {
             var h: HoldState = [:]
             #expect(Policy.Evaluator(policy: p, conditions: present, time: .midnightMonday).decide(t, now: 0, hold: &h).verdict == .run, "\(t.kind)")
         }
         var h: HoldState = [:]
         let unknown: [String: PolicyValue] = ["power.external": .bool(true), "user.idle": .null]
         #expect(Policy.Evaluator(policy: p, conditions: unknown, time: .midnightMonday)
-            .decide(TaskFields(id: "p", kind: "processing"), now: 0, hold: &h).verdict == .run)
+            .decide(TaskFields(id: "p", kind: .processing), now: 0, hold: &h).verdict == .run)
     }
 
     @Test("a layer can switch the rule off or move the threshold ([idle] after)")
@@ -417,7 +417,7 @@ struct IdleRuleTests {
                                 try file("[[rule]]\nid = \"processing.user-away\"\nenabled = false\n", path: "off.toml")])
         var h: HoldState = [:]
         #expect(Policy.Evaluator(policy: off, conditions: present, time: .midnightMonday)
-            .decide(TaskFields(id: "p", kind: "processing"), now: 0, hold: &h).verdict == .run)
+            .decide(TaskFields(id: "p", kind: .processing), now: 0, hold: &h).verdict == .run)
         let tuned = Policy.merge([try file(base, path: "default.toml"), try file("[idle]\nafter = \"30s\"\n", path: "tuned.toml")])
         #expect(tuned.settings.number("idle.after") == 30)
     }
@@ -434,15 +434,15 @@ struct StorageRuleTests {
                                                             "storage.free_bytes": .number(5_000_000)], time: .midnightMonday)
                 .decide(t, now: 0, hold: &h)
         }
-        let d = verdict(TaskFields(id: "p", kind: "processing"), .bool(true))
+        let d = verdict(TaskFields(id: "p", kind: .processing), .bool(true))
         #expect(d.verdict == .defer && d.matches.first?.ruleID == "processing.storage-low")
         #expect(d.reason == "storage low on /home/a (5000000 bytes free, under 1024 MiB)", "\(d.reason)")
-        var user = TaskFields(id: "u", kind: "processing")
+        var user = TaskFields(id: "u", kind: .processing)
         user.userInitiated = true
-        for t in [TaskFields(id: "r", kind: "refresh"), TaskFields(id: "g", kind: "regular"), user] {
+        for t in [TaskFields(id: "r", kind: .refresh), TaskFields(id: "g", kind: .regular), user] {
             #expect(verdict(t, .bool(true)).verdict == .run, "\(t.kind)")
         }
-        #expect(verdict(TaskFields(id: "p", kind: "processing"), .null).verdict == .run)
+        #expect(verdict(TaskFields(id: "p", kind: .processing), .null).verdict == .run)
     }
 }
 

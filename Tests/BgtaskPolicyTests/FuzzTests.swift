@@ -135,7 +135,7 @@ struct FastPathTests {
             ]
             let e = Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday)
             for i in 0..<50 {
-                var t = TaskFields(id: "t-\(i % 5)", kind: ["processing", "refresh", "continued"].randomElement(using: &rng)!)
+                var t = TaskFields(id: "t-\(i % 5)", kind: [TaskKind.processing, .refresh, .continued].randomElement(using: &rng)!)
                 t.requiresExternalPower = .random(using: &rng)
                 t.requiresNetwork = .random(using: &rng)
                 t.requiresUnmetered = .random(using: &rng)
