@@ -531,7 +531,7 @@ public final class Daemon {
             e.row.runID = s.runOptions.runID
             e.row.pgid = s.pid
             e.row.childStart = s.pid.flatMap { Recovery.startTime(of: $0) }.map { Int64($0) }
-            e.row.cgroup = s.taskProcess?.cgroupRecord
+            e.row.cgroup = s.taskProcess?.containment
             e.row.started = wallClockNow()
             do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
             if !e.row.isAppTask, s.taskProcess?.unit == nil { outputWatch.watch(outputPath(id)) }
@@ -774,7 +774,7 @@ public final class Daemon {
         guard let rows = try? store.all(state: "running"), !rows.isEmpty else { return }
         // A transient unit (its row says `unit NAME`): thawed through systemd first; if its main process was
         // never known, systemd stops the whole unit.
-        let units = rows.map { r in r.cgroup.flatMap { $0.hasPrefix("unit ") ? String($0.dropFirst(5)) : nil } }
+        let units = rows.map { $0.cgroup?.unitName }
         for (r, unit) in zip(rows, units) {
             let lost = "bgtaskd was gone while it ran (" + (r.pgid.map { "pid \($0)" } ?? "its start was recorded, its pid not yet") + ")"
             recordEvent(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
@@ -783,7 +783,7 @@ public final class Daemon {
         }
         // All at once, found by process group and by run token: one grace for every task, not one each.
         let ended = RunProcesses.endAll(rows.map { RunProcesses.Target(pgid: $0.pgid ?? 0, childStart: UInt64(max(0, $0.childStart ?? 0)),
-                                                                       cgroupRecord: $0.cgroup ?? "-", token: $0.token) },
+                                                                       containment: $0.cgroup ?? .processGroup, token: $0.token) },
                                         grace: policy.settings.number("run.expire_grace"))
         for (i, r) in rows.enumerated() {
             var done = ended[i]
@@ -866,7 +866,7 @@ public final class Daemon {
         }
         let ended = RunProcesses.endAll(entries.map { e in
             RunProcesses.Target(pgid: e.supervisor.pid ?? 0, childStart: UInt64(max(0, e.row.childStart ?? 0)),
-                                cgroupRecord: e.supervisor.taskProcess?.cgroupRecord ?? "-", token: e.supervisor.runOptions.runToken)
+                                containment: e.supervisor.taskProcess?.containment ?? .processGroup, token: e.supervisor.runOptions.runToken)
         }, grace: entries.map(\.supervisor.machine.limits.expireGrace).max() ?? 0)
         for (e, done) in zip(entries, ended) {
             if let pid = e.supervisor.pid {

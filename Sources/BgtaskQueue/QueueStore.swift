@@ -44,7 +44,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public var runID: String?
     public var pgid: Int32?
     public var childStart: Int64?
-    public var cgroup: String?
+    public var cgroup: Containment?
     public var started: Double?
     /// The run token its processes carry in their environment (`RunProcesses`), written before the spawn.
     public var token: String?
@@ -74,7 +74,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     /// Its values, in the order of `columns`.
     var values: [(any DatabaseValueConvertible)?] {
         [id, app, kind.rawValue, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
-         earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup,
+         earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup?.description,
          started, title, subtitle, strategy, resources, token, calendar, window]
     }
 
@@ -106,7 +106,7 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         runID = r["run_id"]
         pgid = r["pgid"]
         childStart = r["child_start"]
-        cgroup = r["cgroup"]
+        cgroup = (r["cgroup"] as String?).flatMap(Containment.init)
         started = r["started"]
         title = r["title"]
         subtitle = r["subtitle"]

@@ -16,8 +16,7 @@ public struct SupervisorRecord: Sendable, Equatable {
     public var uid: uid_t
     public var pgid: pid_t
     public var childStart: UInt64
-    /// "-", "v1 NAME" or "v2 DIRECTORY".
-    public var cgroup: String
+    public var cgroup: Containment
     public var runID: String
     public var task: TaskFields
     /// running, paused, throttled N, expiring
@@ -40,7 +39,7 @@ public struct SupervisorRecord: Sendable, Equatable {
         uid=\(uid)
         pgid=\(pgid)
         child_start=\(childStart)
-        cgroup=\(cgroup)
+        cgroup=\(cgroup.description)
         run_id=\(runID)
         task_id=\(task.id)
         task_kind=\(task.kind.rawValue)
@@ -65,7 +64,7 @@ public struct SupervisorRecord: Sendable, Equatable {
         guard let boot = id("boot_id"), let sp = kv["supervisor_pid"].flatMap({ pid_t($0) }), sp > 1,
               let ss = kv["supervisor_start"].flatMap({ UInt64($0) }), let uid = kv["uid"].flatMap({ uid_t($0) }),
               let pg = kv["pgid"].flatMap({ pid_t($0) }), pg > 1, let cs = kv["child_start"].flatMap({ UInt64($0) }),
-              let cg = id("cgroup"), let run = id("run_id"), let taskID = id("task_id"), let kind = id("task_kind").flatMap(TaskKind.init(rawValue:)),
+              let cg = id("cgroup").flatMap(Containment.init), let run = id("run_id"), let taskID = id("task_id"), let kind = id("task_kind").flatMap(TaskKind.init(rawValue:)),
               let state = id("state"), let grace = kv["grace"].flatMap({ Double($0) }), grace.isFinite, grace >= 0, grace <= 3600
         else { return nil }
         var task = TaskFields(id: taskID, kind: kind)
@@ -96,7 +95,7 @@ public final class ActiveTasks {
         file = directory + "/\(getpid()).rec"
     }
 
-    public func started(pgid: pid_t, cgroup: String, runID: String, task: TaskFields, grace: Double) {
+    public func started(pgid: pid_t, cgroup: Containment, runID: String, task: TaskFields, grace: Double) {
         record = SupervisorRecord(bootID: ProcInfo.bootID() ?? "unknown", supervisorPID: getpid(),
                                   supervisorStart: ProcInfo.startTime(getpid()) ?? 0, uid: geteuid(), pgid: pgid,
                                   childStart: ProcInfo.startTime(pgid) ?? 0, cgroup: cgroup, runID: runID, task: task,

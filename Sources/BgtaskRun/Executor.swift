@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskConfig
 import BgtaskProbes
 import CLinux
 import Synchronization
@@ -52,10 +53,10 @@ enum TaskCgroup {
     func remove() { switch self { case .v1(let c): c.remove(); case .v2(let c): c.remove() } }
 
     /// For the crash-recovery record: kind and where.
-    var record: String {
+    var record: Containment {
         switch self {
-        case .v1(let c): return "v1 " + String(c.cpu.split(separator: "/").last ?? "")
-        case .v2(let c): return "v2 " + c.directory
+        case .v1(let c): return .cgroupV1(name: String(c.cpu.split(separator: "/").last ?? ""))
+        case .v2(let c): return .cgroupV2(directory: c.directory)
         }
     }
 
@@ -238,7 +239,7 @@ public final class TaskProcess {
     }
 
     /// What the crash-recovery record keeps of its cgroup ("-" for none).
-    public var cgroupRecord: String { unit.map { "unit " + $0.unitName } ?? cgroups?.record ?? "-" }
+    public var containment: Containment { unit.map { .unit($0.unitName) } ?? cgroups?.record ?? .processGroup }
 
     /// Signals the whole process group (the command and what it started), or every process of its unit.
     public func signal(_ sig: Int32) {

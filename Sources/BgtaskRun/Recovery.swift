@@ -144,21 +144,21 @@ public enum Recovery {
 
     /// A recorded cgroup, only if it is bgtask's own: a v1 name under `bgtask/` (no slashes), or a v2
     /// directory under the cgroup2 mount whose last part is a bgtask task name, owned by us.
-    static func cgroup(_ s: String, cgroup2Root: String? = CgroupV2.locate()?.root) -> TaskCgroup? {
-        if s.hasPrefix("v1 ") {
-            let name = String(s.dropFirst(3))
+    static func cgroup(_ record: Containment, cgroup2Root: String? = CgroupV2.locate()?.root) -> TaskCgroup? {
+        switch record {
+        case .cgroupV1(let name):
             guard validName(name) else { return nil }
             return .v1(CgroupV1(cpu: CgroupV1.root + "/cpu/bgtask/" + name, freezer: CgroupV1.root + "/freezer/bgtask/" + name))
-        }
-        if s.hasPrefix("v2 "), let root = cgroup2Root {
-            let dir = String(s.dropFirst(3))
+        case .cgroupV2(let dir):
+            guard let root = cgroup2Root else { return nil }
             let parts = dir.split(separator: "/").map(String.init)
             guard dir.hasPrefix(root + "/"), !parts.contains(".."), !parts.contains("."), let last = parts.last, validName(last) else { return nil }
             var st = stat()
             guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == geteuid() else { return nil }
             return .v2(CgroupV2(directory: dir))
+        case .processGroup, .unit:
+            return nil
         }
-        return nil
     }
 
     /// `<task id>-<pid>`: letters, digits, '.', '_', '-', ending in a PID.

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
+import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
@@ -54,12 +55,12 @@ public enum RunProcesses {
     public struct Target: Sendable {
         public var pgid: pid_t
         public var childStart: UInt64
-        public var cgroupRecord: String
+        public var containment: Containment
         public var token: String?
-        public init(pgid: pid_t, childStart: UInt64, cgroupRecord: String, token: String?) {
+        public init(pgid: pid_t, childStart: UInt64, containment: Containment, token: String?) {
             self.pgid = pgid
             self.childStart = childStart
-            self.cgroupRecord = cgroupRecord
+            self.containment = containment
             self.token = token
         }
     }
@@ -69,7 +70,7 @@ public enum RunProcesses {
     public static func endAll(_ targets: [Target], grace: Double) -> [String] {
         struct Live { var leader: pid_t?; var cg: TaskCgroup?; var pids: [pid_t] }
         var live: [Live] = targets.map { t in
-            let cg = Recovery.cgroup(t.cgroupRecord)
+            let cg = Recovery.cgroup(t.containment)
             let leaderAlive = t.pgid > 0 && (ProcInfo.isSame(t.pgid, start: t.childStart) || (t.childStart == 0 && isAlive(t.pgid)))
             return Live(leader: leaderAlive ? t.pgid : nil, cg: cg, pids: t.token.map { find($0) } ?? [])
         }

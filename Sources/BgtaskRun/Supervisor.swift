@@ -401,7 +401,7 @@ public final class Supervisor {
                                              output: options.outputPath, directory: options.workingDirectory,
                                              environment: environment)
                     process = p
-                    state?.started(pgid: p.pid, cgroup: p.cgroupRecord, runID: options.runID, task: machine.task,
+                    state?.started(pgid: p.pid, cgroup: p.containment, runID: options.runID, task: machine.task,
                                    grace: machine.limits.expireGrace)
                     let waited = now - enqueuedAt
                     let what = p.unit.map { "systemd unit \($0.unitName)" } ?? "pid \(p.pid)"

@@ -1,3 +1,4 @@
+import BgtaskConfig
 @testable import BgtaskRun
 import Foundation
 import Testing
@@ -101,8 +102,12 @@ struct CgroupCleanupTests {
     @Test("a recorded cgroup is used only if it is bgtask's own", arguments: [
         ("v1 backup-123", true), ("v1 ../../../etc-1", false), ("v1 a/b-1", false), ("v2 /etc", false),
         ("v2 /sys/fs/cgroup/../../etc/bgtask-x-1", false), ("v2 /sys/fs/cgroup/user.slice/bgtask-x-notapid", false), ("-", false),
+        ("unit bgtask-x-1-2.service", false), ("v3 /x", false), ("v1", false), ("", false),
     ])
     func recordedCgroupsAreValidated(_ record: String, _ accepted: Bool) {
-        #expect((Recovery.cgroup(record, cgroup2Root: "/sys/fs/cgroup") != nil) == accepted)
+        let parsed = Containment(record)
+        #expect((parsed.flatMap { Recovery.cgroup($0, cgroup2Root: "/sys/fs/cgroup") } != nil) == accepted)
+        // What reads is written back the same: rows of one version are read by the next.
+        if let p = parsed { #expect(p.description == record) }
     }
 }
