@@ -383,9 +383,8 @@ extension Daemon {
         let against = countAgainst(t.app)
         if let p = launchedApps[t.app], isAlive(p.pid) {
             p.thawForSignal()
-            p.signal(SIGTERM)
             let pid = p.pid
-            loop.after(5) { if isAlive(pid) { kill(-pid, SIGKILL) } }
+            end(grace: 5) { isAlive(pid) ? [-pid] : [] }
             return "\(t.app) did not complete \(t.identifier) after its expiration: SIGTERM to the app (pid \(pid)), SIGKILL in 5 s; \(against)"
         }
         return "\(t.app) did not complete \(t.identifier) after its expiration; \(against) (it was not launched by bgtaskd, so it is left running)"
@@ -437,9 +436,8 @@ extension Daemon {
                   !self.running.values.contains(where: { $0.row.app == app && !$0.supervisor.isDone }) else { return }
             self.say("\(app): its background work is done; ending it (pid \(p.pid))")
             p.thawForSignal()
-            p.signal(SIGTERM)
             let pid = p.pid
-            self.loop.after(5) { if isAlive(pid) { kill(-pid, SIGKILL) } }
+            self.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
         }
     }
     static let launchedAppLinger = 3.0

@@ -756,16 +756,19 @@ public final class Daemon {
     }
 
     /// A task is all its processes: what its command started and left running when it exited (a daemon that
-    /// left the process group) is ended with it — SIGTERM now, SIGKILL after the grace — as systemd ends a
-    /// service's control group. Without the loop waiting for it.
+    /// left the process group) is ended with it, as systemd ends a service's control group.
     func endLeftovers(of id: String, token: String) {
         let left = RunProcesses.find(token)
         guard !left.isEmpty else { return }
-        for p in left { kill(p, SIGCONT); kill(p, SIGTERM) }
         say("\(id): ended \(left.count) process(es) its command left running (pid \(left.map(String.init).joined(separator: ", ")))")
-        loop.after(min(5, policy.settings.number("run.expire_grace"))) {
-            for p in RunProcesses.find(token) { kill(p, SIGKILL) }
-        }
+        end(grace: min(5, policy.settings.number("run.expire_grace"))) { RunProcesses.find(token) }
+    }
+
+    /// The one way bgtaskd ends processes it does not wait for: SIGCONT and SIGTERM now, SIGKILL after `grace` to
+    /// whatever `targets` still finds then (a negative number is a process group) — on the loop, never blocking it.
+    func end(grace: Double, _ targets: @escaping () -> [pid_t]) {
+        for p in targets() { kill(p, SIGCONT); kill(p, SIGTERM) }
+        loop.after(grace) { for p in targets() { kill(p, SIGKILL) } }
     }
 
     /// What a daemon that died left running: ended (never left frozen, never run twice at once), recorded,
@@ -786,7 +789,7 @@ public final class Daemon {
                                                                        containment: $0.cgroup ?? .processGroup, token: $0.token) },
                                         grace: policy.settings.number("run.expire_grace"))
         for (i, r) in rows.enumerated() {
-            var done = ended[i]
+            var done = ended[i].description
             if let u = units[i] {
                 if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
                 else { systemd?.forgetLeftover(u) }

@@ -112,15 +112,10 @@ public enum Recovery {
             }
             return "resumed it without a cap (the signal duty cycle needs a supervisor): \(because)"
         case .defer, .pause, .expire:
-            thaw()
-            kill(-pgid, SIGTERM)
-            let grace = min(5, o.record.grace)
-            var how = "SIGTERM"
-            if !waitExit(pgid, seconds: grace) {
-                kill(-pgid, SIGKILL)
-                how += ", SIGKILL after \(formatDuration(grace))"
-            }
-            if let c = cg, waitExit(pgid, seconds: 1) { c.remove() }
+            // The one escalation (thawed, SIGTERM, the grace up to 5 s, SIGKILL, the cgroup removed).
+            let ended = RunProcesses.endAll([.init(pgid: pgid, childStart: o.record.childStart, containment: o.record.cgroup, token: nil)],
+                                            grace: o.record.grace)[0]
+            let how = ended.signals ?? "it had already ended"
             let why = o.record.state == "expiring" ? "it was expiring when its supervisor died" : "policy says \(verdict.rawValue): \(because)"
             return "stopped it (\(how)): \(why)"
         }

@@ -67,7 +67,7 @@ public enum RunProcesses {
 
     /// Ends many runs at once — thawed, SIGTERM to each, one grace for all (at most 5 s), SIGKILL to what is
     /// left — so eight commands that ignore SIGTERM cost one grace, not eight. What was done, per target.
-    public static func endAll(_ targets: [Target], grace: Double) -> [String] {
+    public static func endAll(_ targets: [Target], grace: Double) -> [Ended] {
         struct Live { var leader: pid_t?; var cg: TaskCgroup?; var pids: [pid_t] }
         var live: [Live] = targets.map { t in
             let cg = Recovery.cgroup(t.containment)
@@ -96,9 +96,16 @@ public enum RunProcesses {
         return targets.indices.map { i in
             live[i].cg?.remove()
             let others = found[i].filter { $0 != targets[i].pgid }.count
-            if live[i].leader == nil && others == 0 { return "its command had already ended" }
-            if live[i].leader == nil { return "its \(others) process(es), found by their run token, were ended (\(how[i]))" }
-            return "its command was thawed and ended (\(how[i]))" + (others > 0 ? ", with \(others) other process(es) it started" : "")
+            if live[i].leader == nil && others == 0 { return Ended(signals: nil, description: "its command had already ended") }
+            if live[i].leader == nil { return Ended(signals: how[i], description: "its \(others) process(es), found by their run token, were ended (\(how[i]))") }
+            return Ended(signals: how[i], description: "its command was thawed and ended (\(how[i]))" + (others > 0 ? ", with \(others) other process(es) it started" : ""))
         }
+    }
+
+    /// What `endAll` did to one target: the signals sent ("SIGTERM", "SIGTERM, SIGKILL after 5s"; nil when
+    /// nothing was left to end), and the whole of it in words.
+    public struct Ended: Sendable, CustomStringConvertible {
+        public let signals: String?
+        public let description: String
     }
 }
