@@ -17,7 +17,7 @@ struct Bgtask: ParsableCommand {
 
     /// Subcommands that scripts and status bars call over and over. Parsed on their own, they skip building every
     /// other subcommand's arguments — reflection and protocol-conformance look-ups that were a third of
-    /// `bgtask status`'s run time (docs/benchmarks.md, "Lean start-up and size"). Anything unusual (help, completion scripts, a
+    /// `bgtask status`'s run time (docs/benchmarks.md, "What the numbers rest on"). Anything unusual (help, completion scripts, a
     /// parse error) takes the full path, so messages and exit codes stay the root command's.
     static let direct: [String: ParsableCommand.Type] = [
         "status": Status.self, "pending": Pending.self, "tasks": Tasks.self, "why": Why.self, "log": Log.self,

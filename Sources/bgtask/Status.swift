@@ -21,7 +21,7 @@ extension Bgtask {
 
         /// The plainest forms — `status` with any of `--json`, `--verbose`/`-v`, `--no-dbus` — read
         /// without the argument parser: status bars run them every few seconds, and the parser's reflection of the
-        /// command's arguments was a fifth of the run (docs/benchmarks.md, "Lean start-up and size"). Anything else
+        /// command's arguments was a fifth of the run (docs/benchmarks.md, "What the numbers rest on"). Anything else
         /// returns nil and is parsed as usual. `status --json` and `status --json --sysfs-root DIR` (parsed) are
         /// checked to print the same in the integration tests.
         static func plain(_ args: ArraySlice<String>) -> StatusReport? {
