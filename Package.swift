@@ -115,7 +115,7 @@ let package = Package(
         // The same API from Swift 6 code (strict concurrency), as docs/porting.md promises.
         .testTarget(name: "BackgroundTasksSwift6Tests", dependencies: ["BackgroundTasks"]),
         // The pure core, in virtual time.
-        .testTarget(name: "BgtaskCoreTests", dependencies: ["BgtaskCore"]),
+        .testTarget(name: "BgtaskCoreTests", dependencies: ["BgtaskCore", "BgtaskPolicy"]),
         .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
     ]
 )

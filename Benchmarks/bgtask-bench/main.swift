@@ -27,6 +27,21 @@ let idleSeconds = args.firstIndex(of: "--idle-seconds").flatMap { Double(args[$0
 let only = args.firstIndex(of: "--only").map { Set(args[$0 + 1].split(separator: ",").map(String.init)) }
 func want(_ section: String) -> Bool { only?.contains(section) ?? true }
 
+/// One measurement: `text` is what the table shows (a median with its p99, a count, a share); `median` what a
+/// ratio is taken of. A row named as another's peer is shown in that row, not on its own.
+struct Measurement {
+    var key: String
+    var name: String
+    var n: String
+    var median: Double?
+    var text: String
+    var peer: String?
+    var goal: String?
+}
+// Declared before any section runs (main.swift's globals are set in order). The bench runs on one thread
+// (children are processes): nothing else touches it.
+nonisolated(unsafe) var table: [Measurement] = []
+
 // 0. Policy: 10,000 queued tasks against 50 rules, after one condition change.
 if want("0") {
     let shipped = try String(contentsOfFile: "Policies/default.toml", encoding: .utf8)
@@ -107,19 +122,6 @@ func percentile(_ xs: [Double], _ p: Double) -> Double {
     let s = xs.sorted()
     return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
 }
-/// One measurement: `text` is what the table shows (a median with its p99, a count, a share); `median` what a
-/// ratio is taken of. A row named as another's peer is shown in that row, not on its own.
-struct Measurement {
-    var key: String
-    var name: String
-    var n: String
-    var median: Double?
-    var text: String
-    var peer: String?
-    var goal: String?
-}
-// The bench runs on one thread (children are processes): nothing else touches it.
-nonisolated(unsafe) var table: [Measurement] = []
 func add(_ m: Measurement) { table.append(m) }
 func figure(_ v: Double, _ unit: String) -> String { String(format: "%.1f %@", v, unit) }
 /// A timed measurement: its median and p99. `key` names it for another row's `peer`; `goal` is the target.

@@ -460,7 +460,7 @@ extension Daemon {
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
             self.callers[name] = nil
-            self.buckets[name] = nil
+            self.submitRate.forget(name)
             for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }
     }

@@ -126,7 +126,7 @@ public final class Daemon {
     var lockFD: Int32 = -1
     var sequence = 0
     var stopping = false
-    var buckets: [String: (tokens: Double, at: Double)] = [:]
+    var submitRate = SubmitRate(perSecond: RequestBounds.submitsPerSecond, burst: RequestBounds.submitBurst)
     /// Stored requests not yet taken up at start (nil: not yet read; empty: all taken up).
     var unrestored: ArraySlice<QueuedTask>?
     /// Callers identified so far, by unique name (`caller(of:)`).

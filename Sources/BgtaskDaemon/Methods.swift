@@ -99,18 +99,7 @@ extension Daemon {
         }
     }
 
-    /// A token bucket per sender: a flood of submits cannot grow the queue faster than the disk can keep it.
-    func allowSubmit(_ sender: String) -> Bool {
-        let now = monotonic()
-        var b = buckets[sender] ?? (RequestBounds.submitBurst, now)
-        b.tokens = min(RequestBounds.submitBurst, b.tokens + (now - b.at) * RequestBounds.submitsPerSecond)
-        b.at = now
-        guard b.tokens >= 1 else { buckets[sender] = b; return false }
-        b.tokens -= 1
-        buckets[sender] = b
-        if buckets.count > 1024 { buckets = buckets.filter { now - $0.value.at < 60 } }
-        return true
-    }
+    func allowSubmit(_ sender: String) -> Bool { submitRate.allow(sender, now: monotonic()) }
 
     func submit(_ opts: SubmitOptions, _ argv: [String]) -> Result<String, BusError> {
         func bad(_ m: String) -> Result<String, BusError> { .failure(SchedulerError.invalidArgs(m)) }

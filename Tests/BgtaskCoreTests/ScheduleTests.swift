@@ -1,5 +1,4 @@
-@testable import BgtaskDaemon
-import BgtaskCore
+@testable import BgtaskCore
 import BgtaskPolicy
 import Testing
 import Foundation
