@@ -51,8 +51,11 @@ extension Daemon {
         // A call that reads or changes the queue sees all of it: what start-up has not taken up yet is taken up now.
         if !Daemon.queueFreeMethods.contains(method) { restoreAll() }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
-        if let r = handleApp(method, call, who) { return r }
+        // Exhaustive: a method the XML gains and nothing here handles fails the build.
         switch method {
+        case .getSupportedResources, .listApps, .setAppEnabled, .appRegister, .appReady, .appSubmit, .appCancel, .appCancelAll,
+             .appPending, .appLaunchReceived, .appComplete, .appProgress, .appUpdateTitle:
+            return handleApp(method, call, who) ?? .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
         case .submit:
             guard call.args.count == 2, case .dict(let d)? = call.args[0], let argv = call.args[1]?.strings else {
                 return .failure(SchedulerError.invalidArgs("Submit takes \(method.signature)"))
@@ -94,8 +97,6 @@ extension Daemon {
             let status = DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(pending.count), running: UInt32(running.count),
                                       stateDirectory: stateDir, policyWarning: policyWarning)
             return .success([.dict(status.variant)])
-        default:
-            return .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
         }
     }
 

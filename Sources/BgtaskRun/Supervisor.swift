@@ -56,13 +56,19 @@ public final class Supervisor {
     var conditions: [String: PolicyValue]?
     var lastSaid = ""
     var dutyAt: Double?
-    /// What the run cost (`EnergyMeter`): sampled every `energyInterval` while its command runs.
+    /// What the run cost (`EnergyMeter`): sampled when the command starts and ends, every `energyInterval` while
+    /// a power source answers, and whenever the loop wakes for something else `energyMinimum` after the last
+    /// sample (a condition change: the charger went, and the battery now tells the draw). With no source, waiting
+    /// costs no wake-up for it.
     public private(set) var energy = EnergyMeter()
     var energyDue: Double?
+    var energyRunning = false
+    var lastEnergySample = -Double.infinity
     /// Why there is no power source, as last found (for "energy unknown: …").
     public private(set) var energyWhy = ""
     var batteryFullWh: Double?
-    static let energyInterval = 10.0
+    static let energyInterval = 60.0
+    static let energyMinimum = 10.0
     var spawnFailure: Int32?
     /// Set only when a rule reads the clock or the task's age in a way the core cannot foresee: each second.
     var tickAt: Double?
@@ -139,6 +145,7 @@ public final class Supervisor {
 
     /// One reading for the energy meter: the machine's draw from its best source, the task's and the machine's CPU time.
     func sampleEnergy(now: Double, finalCPU: Double? = nil) {
+        lastEnergySample = now
         let root = options.probe.root
         let supplies = DeviceReader(root: root).powerSupplies()
         let (draw, why) = SystemPower.read(root: root, supplies: supplies)
@@ -149,6 +156,12 @@ public final class Supervisor {
         energy.add(EnergyMeter.Sample(time: now, taskCPU: taskCPU, machineCPU: SystemPower.busyCPUSeconds(root: root),
                                       watts: draw?.watts, counterJoules: draw?.counterJoules, counterRange: draw?.counterRangeJoules,
                                       source: draw?.source, uncertainty: draw?.uncertainty))
+        energyDue = energyRunning && draw != nil ? now + Supervisor.energyInterval : nil
+    }
+
+    /// A sample taken on a wake that came for something else, if the last is `energyMinimum` old.
+    func sampleEnergyIfDue(now: Double) {
+        if energyRunning, process != nil, !isDone, now - lastEnergySample >= Supervisor.energyMinimum { sampleEnergy(now: now) }
     }
 
     /// What the run used, for its end in the audit trail: the summary, or why it is unknown.
@@ -205,6 +218,7 @@ public final class Supervisor {
     /// New readings from the watcher.
     public func conditionsChanged(_ c: [String: PolicyValue], now: Double) {
         conditions = c
+        sampleEnergyIfDue(now: now)
         evaluate(now: now)
     }
 
@@ -214,6 +228,7 @@ public final class Supervisor {
     /// cost one fast pass, not 10,000 decisions, when the battery drops a percent.
     public func conditionsChanged(_ c: [String: PolicyValue], now: Double, shared: Policy.Evaluator) {
         conditions = c
+        sampleEnergyIfDue(now: now)
         if let last = waitsForACondition, shared.verdict(machine.task) == last.verdict { return }
         evaluate(now: now, evaluator: shared)
     }
@@ -268,10 +283,8 @@ public final class Supervisor {
     /// The loop woke at or after `nextDeadline`: the duty cycle, the CPU monitor, holds and deadlines.
     public func timersDue(now: Double) {
         if let t = dutyAt, now >= t { dutyAt = process?.dutyCycle(now: now) }
-        if let t = energyDue, now >= t, process != nil, !isDone {
-            sampleEnergy(now: now)
-            energyDue = now + Supervisor.energyInterval
-        }
+        if let t = energyDue, now >= t { energyDue = nil }   // re-armed by the sample, while a source answers
+        sampleEnergyIfDue(now: now)
         var changed = false
         if let t = machine.cpuSampleDue, now >= t {
             let cpu = process?.cpuSeconds()
@@ -301,7 +314,8 @@ public final class Supervisor {
         if let out = options.outputPath { OutputFile.dropFront(out) }
         let code = exitCode(status)
         // The last interval, while its CPU time can still be read (a cgroup outlives its processes).
-        if energyDue != nil { sampleEnergy(now: monotonic(), finalCPU: finalCPU) }
+        if energyRunning { sampleEnergy(now: monotonic(), finalCPU: finalCPU) }
+        energyRunning = false
         energyDue = nil
         machine.exited(status: code)
         let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
@@ -407,8 +421,8 @@ public final class Supervisor {
                     let what = p.unit.map { "systemd unit \($0.unitName)" } ?? "pid \(p.pid)"
                     record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                     say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (\(what))")
+                    energyRunning = true
                     sampleEnergy(now: now)
-                    energyDue = now + Supervisor.energyInterval
                 } catch let e as SpawnError {
                     record(.failed, e.description, status: e.exitCode)
                     say(e.description)
