@@ -292,7 +292,9 @@ extension Daemon {
                 if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }
             }
             t.mechanism = s.taskProcess?.mechanism.rawValue
-            // Its share of the machine's measured draw over the last interval (absent: no source).
+            // Its share of the machine's measured draw over the last interval (absent: no source); someone asking is
+            // a wake that came anyway, so the figure is made fresh (at most 10 s old) then, not by a timer.
+            s.sampleEnergyIfDue(now: mono)
             t.watts = s.energy.lastWatts
             t.energyWh = s.energy.wattHours
             // What holds it back while it runs (a throttle, a pause): the deciding rule and its file:line.

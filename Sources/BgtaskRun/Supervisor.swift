@@ -159,8 +159,9 @@ public final class Supervisor {
         energyDue = energyRunning && draw != nil ? now + Supervisor.energyInterval : nil
     }
 
-    /// A sample taken on a wake that came for something else, if the last is `energyMinimum` old.
-    func sampleEnergyIfDue(now: Double) {
+    /// A sample taken on a wake that came for something else (a condition change, a timer, someone asking for
+    /// the live figure), if the last is `energyMinimum` old.
+    public func sampleEnergyIfDue(now: Double) {
         if energyRunning, process != nil, !isDone, now - lastEnergySample >= Supervisor.energyMinimum { sampleEnergy(now: now) }
     }
 
