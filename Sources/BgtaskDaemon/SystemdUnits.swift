@@ -429,7 +429,14 @@ final class RunningUnit: ManagedUnit {
         kill(on ? SIGSTOP : SIGCONT)
     }
 
+    /// The unit's cgroup v2 directory, found from its main process once it is known (nil on cgroup v1).
+    private var cgroupDirectory: String?
+
     func cpuSeconds() -> Double? {
+        // The unit's cgroup's cpu.stat: a file read, not a blocking call to the manager per unit on the main loop
+        // (ListRunning asks for every running task; `bgtask tasks` asks each second).
+        if cgroupDirectory == nil, !ended, let p = mainPID { cgroupDirectory = ProcessCgroup.directory(of: p) }
+        if let d = cgroupDirectory, let seconds = ProcessCgroup.cpuSeconds(directory: d) { return seconds }
         if !ended, let v = try? manager.call("Get", [.string(SystemdUnits.serviceInterface), .string("CPUUsageNSec")], path: path,
                                                interface: "org.freedesktop.DBus.Properties", timeoutMs: 1_000).first?.number,
            v < Double(UInt64.max) {

@@ -39,6 +39,13 @@ final class CgroupV2 {
 
     /// Where cgroup2 is mounted and which cgroup this process is in, from /proc.
     static func locate() -> (root: String, own: String)? {
+        guard let r = mountRoot(), let cg = ProcStat.readAll("/proc/self/cgroup") else { return nil }
+        let own = cg.split(separator: "\n").first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) }
+        return own.map { (r, $0) }
+    }
+
+    /// Where cgroup2 is mounted, from /proc/self/mountinfo.
+    static func mountRoot() -> String? {
         guard let f = fopen("/proc/self/mountinfo", "r") else { return nil }
         defer { fclose(f) }
         var root: String?
@@ -51,9 +58,7 @@ final class CgroupV2 {
                 break
             }
         }
-        guard let r = root, let cg = ProcStat.readAll("/proc/self/cgroup") else { return nil }
-        let own = cg.split(separator: "\n").first { $0.hasPrefix("0::") }.map { String($0.dropFirst(3)) }
-        return own.map { (r, $0) }
+        return root
     }
 
     /// `weight`: `cpu.weight`, set before the process is moved in.
@@ -82,5 +87,22 @@ final class CgroupV2 {
     func remove() {
         freeze(false)
         rmdir(directory)
+    }
+}
+
+/// The CPU time of the cgroup a process is in, read from its `cpu.stat` on cgroup v2 — for a systemd unit's
+/// processes, what the unit's `CPUUsageNSec` says, without a blocking D-Bus call per unit on bgtaskd's loop.
+public enum ProcessCgroup {
+    /// The cgroup v2 directory `pid` is in (its `0::` line under the cgroup2 mount); nil on cgroup v1 or when gone.
+    public static func directory(of pid: pid_t) -> String? {
+        guard let root = CgroupV2.mountRoot(), let cg = ProcStat.readAll("/proc/\(pid)/cgroup"),
+              let path = cg.split(separator: "\n").first(where: { $0.hasPrefix("0::/") }).map({ String($0.dropFirst(3)) }),
+              !path.split(separator: "/").contains("..") else { return nil }
+        return root + path
+    }
+
+    /// Its CPU time in seconds, from `cpu.stat`'s `usage_usec`; nil when the cgroup is gone or keeps no count.
+    public static func cpuSeconds(directory: String) -> Double? {
+        CgroupV2(directory: directory).usageNanoseconds().map { Double($0) / 1e9 }
     }
 }

@@ -76,6 +76,9 @@ extension UmockdevIntegrationTests {
         let cappedUnit = try #require(startedUnit(cappedLine))
         _ = try #require(d.said("capped: throttled to 20%"), "\(d.daemon?.stderr ?? "")")
         #expect(socketCount(daemonPID) > idleSockets, "no connection to the manager while a unit runs")
+        // Its CPU time, as `tasks` shows it, read from the unit's cgroup (cpu.stat), not asked of the manager.
+        let (_, tasks, _) = try d.bgtask(["tasks", "--json"])
+        #expect(tasks.contains("\"cpu_share\"") && tasks.contains(cappedUnit), "\(tasks)")
         let (_, quota, _) = try manager.systemctl(["show", "-p", "CPUQuotaPerSecUSec", cappedUnit])
         #expect(quota.trimmingCharacters(in: .whitespacesAndNewlines) == "CPUQuotaPerSecUSec=200ms", "\(quota)")
         #expect(try d.bgtask(["cancel", "capped"]).0 == 0)
