@@ -15,39 +15,20 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
 
 extension BusValue {
     /// Whole numbers of any integer type (and doubles with no fraction): busctl and gdbus callers pick their own.
-    var wholeUInt32: UInt32? {
+    func whole<T: FixedWidthInteger>(_: T.Type) -> T? {
         switch self {
-        case .uint32(let v): return v
-        case .uint64(let v): return UInt32(exactly: v)
-        case .int64(let v): return UInt32(exactly: v)
-        case .int32(let v): return UInt32(exactly: v)
-        case .byte(let v): return UInt32(v)
-        case .double(let v): return v.isFinite ? UInt32(exactly: v) : nil
+        case .uint64(let v): return T(exactly: v)
+        case .uint32(let v): return T(exactly: v)
+        case .int64(let v): return T(exactly: v)
+        case .int32(let v): return T(exactly: v)
+        case .byte(let v): return T(exactly: v)
+        case .double(let v): return v.isFinite ? T(exactly: v) : nil
         default: return nil
         }
     }
-    var wholeUInt64: UInt64? {
-        switch self {
-        case .uint64(let v): return v
-        case .uint32(let v): return UInt64(v)
-        case .int64(let v): return UInt64(exactly: v)
-        case .int32(let v): return UInt64(exactly: v)
-        case .byte(let v): return UInt64(v)
-        case .double(let v): return v.isFinite ? UInt64(exactly: v) : nil
-        default: return nil
-        }
-    }
-    var wholeInt64: Int64? {
-        switch self {
-        case .int64(let v): return v
-        case .uint64(let v): return Int64(exactly: v)
-        case .uint32(let v): return Int64(v)
-        case .int32(let v): return Int64(v)
-        case .byte(let v): return Int64(v)
-        case .double(let v): return v.isFinite ? Int64(exactly: v) : nil
-        default: return nil
-        }
-    }
+    var wholeUInt32: UInt32? { whole(UInt32.self) }
+    var wholeUInt64: UInt64? { whole(UInt64.self) }
+    var wholeInt64: Int64? { whole(Int64.self) }
 }
 
 extension BusConnection {

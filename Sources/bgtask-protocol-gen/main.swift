@@ -189,7 +189,7 @@ func generate(_ node: Element, source: String, xml: String) throws -> String {
     for (n, v) in errors { o += "    case \(camel(String(n.dropFirst("io.github.bgtask.Error.".count)))) = \(literal(v))\n" }
     o += "    /// This error with a message, as a method handler returns it.\n"
     o += "    public func callAsFunction(_ message: String) -> BusError { BusError(rawValue, message) }\n"
-    o += "    /// Whether `error` is this one.\n    public func matches(_ error: BusError) -> Bool { error.name == rawValue }\n}\n\n"
+    o += "}\n\n"
 
     // Methods and signals
     func members(_ kind: String, _ typeName: String, _ what: String) throws -> String {
