@@ -121,7 +121,7 @@ extension Daemon {
             var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
                 AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
                         resources: m.resources.sorted(), enabled: !disabledApps.contains(m.id), connected: clients[m.id] != nil,
-                        endedBySystem: UInt32(standing[m.id] ?? 0), refreshHeldBackS: Schedule.refreshHoldBack(ended: standing[m.id] ?? 0))
+                        endedBySystem: UInt32(queue.standing[m.id] ?? 0), refreshHeldBackS: queue.refreshHoldBack(app: m.id))
             }
             if who.sandbox == .none { list += manifestErrors.map { AppInfo(error: $0.description) } }
             return .success([.dicts(list.map(\.variant))])
@@ -263,10 +263,9 @@ extension Daemon {
             return .failure(SchedulerError.notPermitted("\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
         }
         // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
-        let key0 = appKey(m.id, identifier)
-        var ofKind = 0
-        for e in pending.values where e.row.app == m.id && e.row.kind == kind && e.row.id != key0 { ofKind += 1 }
-        if let why = limits.pendingOfKind(kind, app: m.id, pending: ofKind) {
+        var asked = TaskFields(id: appKey(m.id, identifier), kind: kind)
+        asked.userInitiated = kind == .continued
+        if let why = queue.refusal(for: Scheduler.Job(fields: asked, app: m.id)) {
             return .failure(SchedulerError.tooManyPending(why))
         }
         if !allowSubmit(call.sender) {
@@ -284,11 +283,11 @@ extension Daemon {
         }
         // An app with tasks the system had to end gets its refresh work launched less often (Apple: it counts
         // against the app), said in the request's story.
-        if kind == .refresh, let n = standing[m.id], n > 0 {
-            let notBefore = wallClockNow() + Schedule.refreshHoldBack(ended: n)
+        if kind == .refresh, let n = queue.standing[m.id], n > 0 {
+            let notBefore = wallClockNow() + queue.refreshHoldBack(app: m.id)
             if (row.earliest ?? 0) < notBefore {
                 row.earliest = notBefore
-                say("\(appKey(m.id, identifier)): held back \(formatDuration(Schedule.refreshHoldBack(ended: n))): \(n) task(s) of \(m.id) the system had to end, not made good")
+                say("\(appKey(m.id, identifier)): held back \(formatDuration(queue.refreshHoldBack(app: m.id))): \(n) task(s) of \(m.id) the system had to end, not made good")
             }
         }
         for (k, value, path) in [("title", r.title, \QueuedTask.title), ("subtitle", r.subtitle, \.subtitle)] {
@@ -312,20 +311,16 @@ extension Daemon {
             }
             row.resources = JSONValue.array(list.map { .string($0) }).rendered
         }
-        if pending[key] == nil, pendingCount(app: m.id) >= limits.maxPendingPerApp {
-            return .failure(SchedulerError.tooManyPending("\(m.id) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
-        }
         // `.fail`: the app wants to know now whether the work can start now.
         if kind == .continued, row.strategy == "fail", let c = conditions {
             let d = Policy.Evaluator(policy: policy, conditions: c, time: localTime()).decideNow(row.fields)
-            let startsNow = (d.verdict == .run || d.verdict == .throttle) && limits.slot(for: row.fields, load: load) == nil && row.earliest.map { $0 <= wallClockNow() } ?? true
+            let startsNow = (d.verdict == .run || d.verdict == .throttle) && queue.slotFree(for: row.fields) && row.earliest.map { $0 <= wallClockNow() } ?? true
             if !startsNow {
                 let why = d.matches.first.map { "\($0.reason) — rule \($0.ruleID) (\($0.location))" } ?? "no room to run it now"
                 return .failure(SchedulerError.immediateRunIneligible("\(identifier) cannot start now: \(why)"))
             }
         }
         do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
-        pending.removeValue(forKey: key)
         add(row)
         say("\(key): submitted by the app")
         bus.emit(.taskChanged, [.string(key), .string("pending")])
@@ -392,18 +387,16 @@ extension Daemon {
 
     /// One more task the system had to end: the app's refresh work is launched less often until it makes it good.
     func countAgainst(_ app: String) -> String {
-        let n = min(Schedule.maxStanding, (standing[app] ?? 0) + 1)
-        standing[app] = n
+        let n = queue.endedBySystem(app: app)
         do { try store.setStanding(app: app, ended: n) } catch { say("\(app): cannot record its standing: \(error)") }
         return "counted against \(app) (\(n) not made good): its refresh work now waits \(formatDuration(Schedule.refreshHoldBack(ended: n))) longer"
     }
 
     /// A task completed in time makes one ended task good.
     func madeGood(_ app: String, by key: String) {
-        guard let n = standing[app], n > 0 else { return }
-        standing[app] = n - 1 == 0 ? nil : n - 1
-        do { try store.setStanding(app: app, ended: n - 1) } catch { say("\(app): cannot record its standing: \(error)") }
-        say("\(key): completed in time; \(app) has \(n - 1) ended task(s) not made good")
+        guard let n = queue.madeGood(app: app) else { return }
+        do { try store.setStanding(app: app, ended: n) } catch { say("\(app): cannot record its standing: \(error)") }
+        say("\(key): completed in time; \(app) has \(n) ended task(s) not made good")
     }
 
     /// The app left the bus or its launched process ended: what it had not completed has failed, and
@@ -460,7 +453,7 @@ extension Daemon {
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
             self.callers[name] = nil
-            self.submitRate.forget(name)
+            self.queue.forgetSender(name)
             for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }
     }

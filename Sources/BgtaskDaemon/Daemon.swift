@@ -34,15 +34,13 @@ public struct DaemonError: Error, CustomStringConvertible {
 
 /// A task the daemon knows: its stored request and the supervisor driving it — or, while it rests, what its
 /// supervisor knew. A waiting task that only a change of conditions can start (waiting for the charger, say)
-/// rests: its supervisor is let go and the queue's fast verdict is checked for it on each change; when that
-/// verdict changes, a new supervisor takes up its holds and decision and decides in full (`Daemon.wake`).
-/// 10,000 tasks waiting for power then cost a row and a verdict each, not a supervisor each.
+/// rests: its supervisor is let go and the scheduler asks the fast verdict of its class on each change
+/// (`Scheduler.wake`); when that verdict changes, a new supervisor takes up its holds and decision and decides in
+/// full (`Daemon.wake`). 10,000 tasks waiting for power then cost a row each, and one verdict per class.
 final class Entry {
     var row: QueuedTask
     private(set) var awake: Supervisor?
     private(set) var rest: Supervisor.Rest?
-    /// While it rests: what tells its kind of task for the thermal question (`Supervisor.thermalKey`).
-    private(set) var restKey = 0
     init(row: QueuedTask, supervisor: Supervisor) {
         self.row = row
         awake = supervisor
@@ -54,14 +52,12 @@ final class Entry {
 
     /// Lets the supervisor go if it may rest (see `Supervisor.rest`); the run id goes into the row, as a new
     /// supervisor must carry on the same story.
-    @discardableResult
-    func sleepIfIdle() -> Bool {
-        guard let s = awake, let r = s.rest else { return false }
+    func sleepIfIdle() -> Verdict? {
+        guard let s = awake, let r = s.rest else { return nil }
         row.runID = s.runOptions.runID
         rest = r
-        restKey = Supervisor.thermalKey(row.fields, phaseCode: TaskPhase.waiting.code)
         awake = nil
-        return true
+        return r.verdict
     }
 
     func wake(_ s: Supervisor) {
@@ -118,15 +114,16 @@ public final class Daemon {
         set { policyRef = PolicyRef(newValue) }
     }
     var policyWarning: String?
-    var limits: Schedule.Limits
-    var pending: [String: Entry] = [:]
-    var running: [String: Entry] = [:]
+    /// The queue in memory: waiting, resting and running tasks, admission, slots, budgets, what follows a run.
+    var queue: Scheduler<Entry>
+    var limits: Schedule.Limits { queue.limits }
+    var pending: [String: Entry] { queue.waiting }
+    var running: [String: Entry] { queue.running }
     let stateDir: String
     let outputDir: String
     var lockFD: Int32 = -1
     var sequence = 0
     var stopping = false
-    var submitRate = SubmitRate(perSecond: RequestBounds.submitsPerSecond, burst: RequestBounds.submitBurst)
     /// Stored requests not yet taken up at start (nil: not yet read; empty: all taken up).
     var unrestored: ArraySlice<QueuedTask>?
     /// Callers identified so far, by unique name (`caller(of:)`).
@@ -158,12 +155,6 @@ public final class Daemon {
     var systemd: SystemdUnits?
     /// App processes bgtaskd started for background work, by app id.
     var launchedApps: [String: TaskProcess] = [:]
-    /// Apps' background runtime on battery today, and when and in which power state it was last counted.
-    var batteryUse = Schedule.BatteryUse(day: 0)
-    /// Per app: tasks the system had to end, not yet made good (docs/porting.md, "counts against the app").
-    var standing: [String: Int] = [:]
-    var accountedAt = 0.0
-    var onBattery = false
     /// The policy layers' and manifests' directories, watched (nil without inotify).
     var configWatch: ConfigWatch?
     /// The configuration directories as they were when first read (`watchConfiguration`).
@@ -204,7 +195,9 @@ public final class Daemon {
         }
         policyRef = PolicyRef(p)
         configurationAtStart = atStart
-        limits = Schedule.Limits(p.settings)
+        queue = Scheduler(limits: Schedule.Limits(p.settings), now: monotonic(), day: Daemon.localDay(),
+                          usage: (try? store.usage(day: Daemon.localDay())) ?? [:], standing: (try? store.standing()) ?? [:],
+                          submitsPerSecond: RequestBounds.submitsPerSecond, submitBurst: RequestBounds.submitBurst)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
         do { events = try EventLoop(watch: EventLoop.watchOptions(Daemon.probe(options.probe, p.settings), policies: [p])) } catch {
@@ -269,10 +262,6 @@ public final class Daemon {
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
-        batteryUse = Schedule.BatteryUse(day: localDay())
-        batteryUse.seconds = (try? store.usage(day: batteryUse.day)) ?? [:]
-        standing = (try? store.standing()) ?? [:]
-        accountedAt = monotonic()
         scheduleMidnight()
         loadApps()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
@@ -347,10 +336,14 @@ public final class Daemon {
         return exitStatus
     }
 
-    /// Running, then pending in submission order (the order in which waiting work may take a free slot).
-    var all: [Entry] { Array(running.values) + pending.values.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) } }
-    /// Every supervisor, in no particular order: for what is done to each alike.
-    var supervisors: [Supervisor] { running.values.map(\.supervisor) + pending.values.compactMap(\.awake) }
+    /// Waiting entries among `ids`, in submission order (the order in which waiting work may take a free slot).
+    func inOrder<S: Sequence>(_ ids: S) -> [Entry] where S.Element == String {
+        ids.compactMap { pending[$0] }.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
+    }
+    /// Every pending entry, resting or not, in submission order (listings).
+    var allPending: [Entry] { inOrder(pending.keys) }
+    /// Every supervisor, in no particular order: for what is done to each alike. Resting tasks have none.
+    var supervisors: [Supervisor] { running.values.map(\.supervisor) + queue.awake.compactMap { pending[$0]?.awake } }
 
     // MARK: The queue
 
@@ -380,18 +373,11 @@ public final class Daemon {
         while unrestored == nil || unrestored?.isEmpty == false { restoreSlice(schedulingNext: false) }
     }
 
-    /// An app's pending requests, counted in memory (the queue holds the same rows; a SQL count cost 0.3 ms a Submit).
-    func pendingCount(app: String) -> Int {
-        var n = 0
-        for e in pending.values where e.row.app == app { n += 1 }
-        return n
-    }
-
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
         let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
-        pending[row.id] = e
+        queue.add(Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil), e)
         if let c = conditions, let shared = evaluator ?? self.evaluator() {
             e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
             rest(e)
@@ -406,6 +392,7 @@ public final class Daemon {
         if let s = e.awake { return s }
         let s = supervisor(for: e.row, restored: true)
         e.wake(s)
+        queue.unrest(e.row.id)
         return s
     }
 
@@ -430,23 +417,16 @@ public final class Daemon {
                            enqueuedAt: mono - max(0, wall - row.submitted))
         s.speaker = "bgtaskd"
         s.quietFirstWait = restored
-        let app = row.isAppTask ? row.app : nil
         let id = row.id
-        s.slot = { [unowned self] t in
-            // One run of an id at a time: a request submitted while it runs waits for that run's end (even a
-            // finished one, until the round has taken it out of `running`), never starts beside it.
-            if self.running[id] != nil { return Daemon.previousRunStill }
-            return self.limits.slot(for: t, load: self.load)
-                ?? app.flatMap { self.limits.budget(app: $0, used: self.batteryUse.seconds[$0] ?? 0, onBattery: self.onBattery) }
-        }
+        // One run of an id at a time: a request submitted while it runs waits for that run's end (even a finished
+        // one, until the round has taken it out of `running`), never starts beside it.
+        s.slot = { [unowned self] _ in self.queue.slot(for: id) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         else if systemd != nil { s.launcher = self }
         return s
     }
-
-    static let previousRunStill = "its previous run is still running"
 
     static func newRunID(_ id: String) -> String {
         RunID.make(task: id, pid: getpid(), now: wallClockNow(), random: RunID.randomBits())
@@ -484,37 +464,23 @@ public final class Daemon {
 
     /// Gives every task the conditions as they are now.
     func deliver(now: Double) {
-        accountBattery()
-        guard let c = conditions else { return }
-        onBattery = c["power.external"] == .bool(false)
+        guard let c = conditions else { queue.account(now: now, day: localDay()); return }
+        queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
-        for e in all {
-            // A resting task whose fast verdict has not changed stays at rest; otherwise it is decided in full.
-            if let r = e.rest, shared.verdict(e.row.fields) == r.verdict { continue }
+        // Resting classes whose fast verdict has not changed stay at rest; the rest is decided in full.
+        _ = queue.wake { shared.verdict($0) }
+        for e in Array(running.values) + inOrder(queue.awake) {
             wake(e).conditionsChanged(c, now: now, shared: shared)
             if e.row.state != "running" { rest(e) }
         }
     }
 
     /// Whether a temperature could change the verdict of some resting task (they have no supervisor to ask):
-    /// asked once per kind of task, as `EventLoop` asks supervisors.
+    /// asked once per class of resting tasks, as `EventLoop` asks supervisors once per kind.
     func restingDependOnThermal() -> Bool {
         guard let c = conditions else { return false }
         let time = localTime()
-        var asked: Set<Int> = []
-        for e in pending.values where e.isResting && asked.insert(e.restKey).inserted {
-            if TaskMachine.dependsOnThermal(e.row.fields, waiting: true, policy, conditions: c, time: time) { return true }
-        }
-        return false
-    }
-
-    var load: Schedule.Load {
-        var l = Schedule.Load()
-        for e in running.values where !e.supervisor.isDone {
-            l.running += 1
-            if e.supervisor.machine.task.cpuHeavy { l.heavy += 1 }
-        }
-        return l
+        return queue.anyRestingClass { TaskMachine.dependsOnThermal($0, waiting: true, policy, conditions: c, time: time) }
     }
 
     func outputPath(_ id: String) -> String { StatePaths.outputFile(stateDirectory: stateDir, id: id) }
@@ -525,8 +491,7 @@ public final class Daemon {
         switch kind {
         case .started:
             guard let e = pending[id], e.awake === s else { return }
-            pending[id] = nil
-            running[id] = e
+            queue.start(id)
             e.row.state = "running"
             e.row.runID = s.runOptions.runID
             e.row.pgid = s.pid
@@ -580,7 +545,9 @@ public final class Daemon {
 
     /// Lets a waiting task's supervisor go if it may rest (see `Entry.sleepIfIdle`).
     func rest(_ e: Entry) {
-        if e.sleepIfIdle() { newlyResting = true }
+        guard let v = e.sleepIfIdle() else { return }
+        queue.rest(e.row.id, verdict: v)
+        newlyResting = true
     }
 
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
@@ -604,24 +571,21 @@ public final class Daemon {
         }
         let now = monotonic()
         events.timersDue(supervisors, now: now)
-        accountBattery()
-        var freed = false
+        queue.account(now: now, day: localDay())
+        var decideAgain: Set<String> = []
         for (id, e) in running where e.supervisor.isDone {
-            running[id] = nil
+            decideAgain.formUnion(queue.finish(id).decideAgain)
             finished(e)
-            freed = true
         }
-        for (id, e) in pending where e.awake?.isDone == true {   // could not be spawned, or gave up
-            pending[id] = nil
+        for id in queue.awake where pending[id]?.awake?.isDone == true {   // could not be spawned, or gave up
+            let e = queue.removeWaiting(id)!
             finished(e)
-            freed = true
         }
-        if freed {
-            for e in all where e.awake?.machine.phase == .waiting {
-                if case .noSlot? = e.supervisor.machine.startBlock {
-                    e.supervisor.reevaluate(now: now)
-                    rest(e)
-                }
+        // A freed slot: the tasks a slot or a budget held back are decided again, in submission order.
+        for e in inOrder(decideAgain) where e.awake?.machine.phase == .waiting {
+            if case .noSlot? = e.supervisor.machine.startBlock {
+                e.supervisor.reevaluate(now: now)
+                rest(e)
             }
         }
         let sups = supervisors
@@ -642,16 +606,9 @@ public final class Daemon {
         if releasing { release() }
     }
 
-    /// Counts the stretch since the last count against every app that had a task running, if on battery then.
-    func accountBattery() {
-        let now = monotonic()
-        // Tasks that ended since the last count still ran until now (they leave `running` after this).
-        let apps = Set(running.values.filter { $0.row.isAppTask }.map(\.row.app))
-        batteryUse.add(now - accountedAt, apps: apps, onBattery: onBattery, day: localDay())
-        accountedAt = now
-    }
+    func localDay() -> Int { Daemon.localDay() }
 
-    func localDay() -> Int {
+    static func localDay() -> Int {
         var t = time_t(wallClockNow())
         var parts = tm()
         localtime_r(&t, &parts)
@@ -686,23 +643,23 @@ public final class Daemon {
     }
 
     func midnight() {
-        accountBattery()
         try? store.pruneTransitions(before: wallClockNow() - Daemon.historyDays * 86_400)
         // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
-        for e in all where e.awake?.machine.phase == .waiting { e.supervisor.reevaluate(now: monotonic()) }
+        for e in inOrder(queue.midnight(now: monotonic(), day: localDay())) where e.awake?.machine.phase == .waiting {
+            e.supervisor.reevaluate(now: monotonic())
+        }
         afterRound(conditionsChanged: false)
     }
 
     /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.
     func finished(_ e: Entry) {
-        if e.row.isAppTask { try? store.saveUsage(day: batteryUse.day, seconds: batteryUse.seconds) }
+        if e.row.isAppTask { try? store.saveUsage(day: queue.batteryUse.day, seconds: queue.batteryUse.seconds) }
         let s = e.supervisor
         let status = s.finish()
         if let why = s.startRefused {
             // Nothing ran: the request is not spent. It waits out the retry backoff and tries again.
             var r = e.row
-            guard case .tryAgain(let notBefore) = RunEnd.next(.init(kind: r.kind, submitted: r.submitted), .notStarted(why: why), now: wallClockNow(),
-                                                               backoff: limits.retryBackoff, backoffMax: limits.retryBackoffMax) else { return }
+            guard case .tryAgain(let notBefore) = queue.next(.init(kind: r.kind, submitted: r.submitted), .notStarted(why: why), now: wallClockNow()) else { return }
             r.earliest = notBefore
             say("\(r.id): not started (\(why)); it tries again not before \(untilText(r.earliest!))")
             if pending[r.id] == nil { add(r) }
@@ -723,8 +680,7 @@ public final class Daemon {
                                      every: e.row.every, anchor: e.row.anchor, submitted: e.row.submitted, started: e.row.started)
         var next: QueuedTask?
         var r = e.row
-        switch RunEnd.next(request, .ended(status: status, expiredByRule: s.machine.expiredByRule, ownStatus: s.machine.ownStatus),
-                           now: wallClockNow(), backoff: limits.retryBackoff, backoffMax: limits.retryBackoffMax) {
+        switch queue.next(request, .ended(status: status, expiredByRule: s.machine.expiredByRule, ownStatus: s.machine.ownStatus), now: wallClockNow()) {
         case .retry(let attempt, let notBefore):
             r.failures = attempt
             r.earliest = notBefore
@@ -841,15 +797,12 @@ public final class Daemon {
         policyWarning = nil
         let changes = p.changes(from: policy)
         policy = p
-        limits = Schedule.Limits(p.settings)
+        queue.limits = Schedule.Limits(p.settings)
         // The readings follow the new thresholds too ([battery], [thermal], [idle] after, [storage]).
         events.setProbeOptions(probe)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
         let shared = evaluator()
-        for (id, e) in pending {
-            pending[id] = nil
-            add(e.row, restored: true, evaluator: shared)
-        }
+        for e in allPending { add(e.row, restored: true, evaluator: shared) }
         // Which files are in force now: for the journal reader, and for a test to know it sees its own file's reload.
         let files = "policy reloaded: " + sources.map(\.name).joined(separator: ", ")
         say(files)
@@ -885,7 +838,7 @@ public final class Daemon {
                 }
             } catch { say("\(e.row.id): cannot update the queue: \(error)") }
         }
-        running = [:]
+        for e in entries { _ = queue.finish(e.row.id) }
         audit.flush()
         updateInhibitor()
         bus.flush()

@@ -79,7 +79,7 @@ extension Daemon {
         case .debugLaunch:
             guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("DebugLaunch takes (s id)")) }
             guard let e = pending[id] else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
-            if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Daemon.previousRunStill)")) }
+            if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Scheduler<Entry>.previousRunStill)")) }
             wake(e).launchNow(now: monotonic())
             return .success([])
         case .debugExpire:
@@ -100,7 +100,7 @@ extension Daemon {
         }
     }
 
-    func allowSubmit(_ sender: String) -> Bool { submitRate.allow(sender, now: monotonic()) }
+    func allowSubmit(_ sender: String) -> Bool { queue.allowSubmit(sender, now: monotonic()) }
 
     func submit(_ opts: SubmitOptions, _ argv: [String]) -> Result<String, BusError> {
         func bad(_ m: String) -> Result<String, BusError> { .failure(SchedulerError.invalidArgs(m)) }
@@ -160,13 +160,11 @@ extension Daemon {
             }
             row.directory = s
         }
-        if pending[id] == nil, pendingCount(app: row.app) >= limits.maxPendingPerApp {
-            return .failure(SchedulerError.tooManyPending("\(row.app) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"))
-        }
+        if let why = queue.refusal(for: Scheduler.Job(fields: row.fields)) { return .failure(SchedulerError.tooManyPending(why)) }
         do { try store.put(row) } catch {
             return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)"))
         }
-        let replaced = pending.removeValue(forKey: id) != nil
+        let replaced = queue.removeWaiting(id) != nil
         add(row)
         // Said and signalled once the reply is on its way: neither is what the caller waits for.
         afterReply.append { [unowned self] in
@@ -180,7 +178,7 @@ extension Daemon {
     /// records it ("bgtask cancel", "the app (cancelAllTaskRequests)", …): never the user for what an app did.
     func cancel(_ id: String, by who: String = "bgtask cancel") -> Result<String, BusError> {
         var done: [String] = []
-        if let e = pending.removeValue(forKey: id) {
+        if let e = queue.removeWaiting(id) {
             try? store.remove(id, state: "pending")
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
@@ -237,7 +235,7 @@ extension Daemon {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
-        return all.filter(\.isWaiting).map { e in
+        return (Array(running.values) + allPending).filter(\.isWaiting).map { e in
             var t = PendingTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, command: e.row.command, submitted: e.row.submitted,
                                 reason: e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason,
                                 requiresExternalPower: e.row.requiresExternalPower, requiresNetwork: e.row.requiresNetwork,

@@ -84,10 +84,7 @@ extension Daemon {
             sleepKind = nil
             say("resumed from \(what): the queue is looked at anew")
             // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
-            for (id, e) in pending {
-                pending[id] = nil
-                add(e.row, restored: true)
-            }
+            for e in allPending { add(e.row, restored: true) }
             deliver(now: monotonic())
             afterRound(conditionsChanged: true)
         }

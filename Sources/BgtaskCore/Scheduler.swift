@@ -1,0 +1,299 @@
+import BgtaskPolicy
+
+/// The queue in memory, pure: which tasks wait, which of those rest, which run, and the rules between them that
+/// are not one task's conditions — admission (per-app and per-kind limits, the submit rate), slots
+/// (`daemon.max_running`, CPU-heavy work, one run of an id at a time), an app's daily battery budget and its
+/// standing, and what follows a run's end (`RunEnd`). Times are given, never read, so its tests drive it in
+/// virtual time as `TaskMachine`'s do. bgtaskd keeps one, with an `Item` (its supervisor and stored row) per task.
+///
+/// What it costs follows what changes: counts per app are kept, not counted; a freed slot re-decides only the tasks
+/// a slot or a budget held back; a change of conditions asks one verdict per class of resting tasks alike (`wake`).
+public struct Scheduler<Item> {
+    /// What the queue's rules read of a task; its process, story and stored row stay with `Item`.
+    public struct Job: Sendable, Equatable {
+        public var fields: TaskFields
+        /// The app that asked; nil for a command task.
+        public var app: String?
+        public init(fields: TaskFields, app: String? = nil) {
+            self.fields = fields
+            self.app = app
+        }
+        public var id: String { fields.id }
+    }
+
+    /// Waiting tasks, and the tasks running now, by id. An id can be in both: a request submitted while its
+    /// previous run is still running waits for that run's end.
+    public private(set) var waiting: [String: Item] = [:]
+    public private(set) var running: [String: Item] = [:]
+    private var waitingJobs: [String: Job] = [:]
+    private var runningJobs: [String: Job] = [:]
+    /// Waiting ids that do not rest: the ones a change of conditions, a timer or a midnight must be told of.
+    public private(set) var awake: Set<String> = []
+    private var perApp: [String: Int] = [:]
+    private var commandsWaiting = 0
+    private var perAppKind: [AppKind: Int] = [:]
+    public private(set) var load = Schedule.Load()
+    public var limits: Schedule.Limits
+    public private(set) var batteryUse: Schedule.BatteryUse
+    /// Per app: tasks the system had to end, not made good since (docs/porting.md, "counts against the app").
+    public private(set) var standing: [String: Int]
+    public private(set) var onBattery = false
+    private var accountedAt: Double
+    private var submitRate: SubmitRate
+    /// Waiting ids that a slot or a budget held back when they asked (`slot`): re-decided when one frees.
+    private var heldBack: Set<String> = []
+    /// Resting tasks, by class and the verdict they rest on (see `wake`).
+    private var resting: [RestKey: Set<String>] = [:]
+    private var restKeyOf: [String: RestKey] = [:]
+    /// One task of each class, for its verdict (any does: no rule that reads identity lets a task rest).
+    private var classFields: [RestClass: TaskFields] = [:]
+
+    private struct AppKind: Hashable {
+        var app: String
+        var kind: TaskKind
+    }
+
+    /// Tasks the queue's fast verdict cannot tell apart: same kind, flags and window.
+    struct RestClass: Hashable {
+        var kind: TaskKind
+        var flags: UInt8
+        var windowStart: Double
+        var windowEnd: Double
+        init(_ t: TaskFields) {
+            kind = t.kind
+            flags = (t.requiresExternalPower ? 1 : 0) | (t.requiresNetwork ? 2 : 0) | (t.requiresUnmetered ? 4 : 0)
+                | (t.cpuHeavy ? 8 : 0) | (t.userInitiated ? 16 : 0)
+            windowStart = t.window?.start ?? -1
+            windowEnd = t.window?.end ?? -1
+        }
+    }
+
+    private struct RestKey: Hashable {
+        var rest: RestClass
+        var verdict: Verdict
+    }
+
+    /// `day` is the local day (days since the epoch, local time) whose battery use `usage` is; `now` the
+    /// monotonic clock from which battery time is counted.
+    public init(limits: Schedule.Limits, now: Double, day: Int, usage: [String: Double] = [:], standing: [String: Int] = [:],
+                submitsPerSecond: Double, submitBurst: Double) {
+        self.limits = limits
+        accountedAt = now
+        batteryUse = Schedule.BatteryUse(day: day)
+        batteryUse.seconds = usage
+        self.standing = standing.filter { $0.value > 0 }
+        submitRate = SubmitRate(perSecond: submitsPerSecond, burst: submitBurst)
+    }
+
+    // MARK: Entries
+
+    /// A waiting request, awake; one already waiting under its id is replaced (and returned).
+    @discardableResult
+    public mutating func add(_ job: Job, _ item: Item) -> Item? {
+        let old = removeWaiting(job.id)
+        waiting[job.id] = item
+        waitingJobs[job.id] = job
+        awake.insert(job.id)
+        if let a = job.app {
+            perApp[a, default: 0] += 1
+            perAppKind[AppKind(app: a, kind: job.fields.kind), default: 0] += 1
+        } else {
+            commandsWaiting += 1
+        }
+        return old
+    }
+
+    /// Takes a waiting request out (cancelled, replaced, or supervised anew).
+    @discardableResult
+    public mutating func removeWaiting(_ id: String) -> Item? {
+        guard let item = waiting.removeValue(forKey: id), let job = waitingJobs.removeValue(forKey: id) else { return nil }
+        unrest(id)
+        awake.remove(id)
+        heldBack.remove(id)
+        if let a = job.app {
+            perApp[a] = perApp[a]! > 1 ? perApp[a]! - 1 : nil
+            let k = AppKind(app: a, kind: job.fields.kind)
+            perAppKind[k] = perAppKind[k]! > 1 ? perAppKind[k]! - 1 : nil
+        } else {
+            commandsWaiting -= 1
+        }
+        return item
+    }
+
+    /// A waiting request started: it runs now, and takes a slot.
+    public mutating func start(_ id: String) {
+        guard let job = waitingJobs[id], let item = removeWaiting(id) else { return }
+        running[id] = item
+        runningJobs[id] = job
+        load.running += 1
+        if job.fields.cpuHeavy { load.heavy += 1 }
+    }
+
+    /// A run is over: its slot is free. Returns the waiting ids to decide again, in no order: those a slot or a
+    /// budget held back.
+    public mutating func finish(_ id: String) -> (item: Item?, decideAgain: [String]) {
+        guard let item = running.removeValue(forKey: id), let job = runningJobs.removeValue(forKey: id) else { return (nil, []) }
+        load.running -= 1
+        if job.fields.cpuHeavy { load.heavy -= 1 }
+        let again = heldBack.filter { awake.contains($0) }
+        heldBack = []
+        return (item, Array(again))
+    }
+
+    public func job(_ id: String) -> Job? { waitingJobs[id] ?? runningJobs[id] }
+    public var waitingCount: Int { waiting.count }
+
+    // MARK: Admission
+
+    /// How many requests of `app` wait (nil: command tasks).
+    public func waitingCount(app: String?) -> Int { app.map { perApp[$0] ?? 0 } ?? commandsWaiting }
+
+    /// nil if `job` may be queued now, else why not: the per-app limit (`daemon.max_pending_per_app`) and, for an
+    /// app, Apple's limits per kind. A request replacing its own waiting one does not count twice.
+    public func refusal(for job: Job) -> String? {
+        let replaces = waitingJobs[job.id] != nil
+        let app = job.app ?? "cli"
+        if let a = job.app {
+            let sameKind = perAppKind[AppKind(app: a, kind: job.fields.kind)] ?? 0
+            let replacesSameKind = waitingJobs[job.id]?.fields.kind == job.fields.kind
+            if let why = limits.pendingOfKind(job.fields.kind, app: a, pending: sameKind - (replacesSameKind ? 1 : 0)) { return why }
+        }
+        if !replaces, waitingCount(app: job.app) >= limits.maxPendingPerApp {
+            return "\(app) has \(limits.maxPendingPerApp) pending requests, the most daemon.max_pending_per_app allows"
+        }
+        return nil
+    }
+
+    /// Whether `sender` may submit one more now (a token bucket per sender: see `SubmitRate`).
+    public mutating func allowSubmit(_ sender: String, now: Double) -> Bool { submitRate.allow(sender, now: now) }
+    /// A sender left the bus.
+    public mutating func forgetSender(_ sender: String) { submitRate.forget(sender) }
+
+    // MARK: Slots and budgets
+
+    /// nil if the waiting task `id` may take a slot now, else why not (in the words `pending` shows). Work the
+    /// user started is not held back by the background limits; one run of an id at a time, whoever started it.
+    public mutating func slot(for id: String) -> String? {
+        if running[id] != nil {
+            if waitingJobs[id] != nil { heldBack.insert(id) }
+            return Scheduler.previousRunStill
+        }
+        guard let job = waitingJobs[id] else { return nil }
+        let why = limits.slot(for: job.fields, load: load)
+            ?? job.app.flatMap { limits.budget(app: $0, used: batteryUse.seconds[$0] ?? 0, onBattery: onBattery) }
+        if why != nil { heldBack.insert(id) }
+        return why
+    }
+
+    public static var previousRunStill: String { "its previous run is still running" }
+
+    /// Whether a task like `fields` would find a free slot now (for a request that must start at once).
+    public func slotFree(for fields: TaskFields) -> Bool { limits.slot(for: fields, load: load) == nil }
+
+    /// Counts the stretch since the last count against every app that had a task running, if on battery over it.
+    /// `day` is the local day now: a new day starts the budgets again.
+    public mutating func account(now: Double, day: Int) {
+        let apps = Set(runningJobs.values.compactMap(\.app))
+        batteryUse.add(now - accountedAt, apps: apps, onBattery: onBattery, day: day)
+        accountedAt = now
+    }
+
+    /// The charger came or went (nil: unknown, counted as not on battery). What ran until now is counted first.
+    public mutating func setOnBattery(_ b: Bool, now: Double, day: Int) {
+        account(now: now, day: day)
+        onBattery = b
+    }
+
+    /// Local midnight: the budgets start again. Returns the waiting tasks to decide again (the awake ones: a budget
+    /// or a rule of the clock may have held them; resting tasks wait on a condition only).
+    public mutating func midnight(now: Double, day: Int) -> [String] {
+        account(now: now, day: day)
+        return Array(awake)
+    }
+
+    /// An app's task was ended by the system: it counts against the app. Returns its new standing.
+    public mutating func endedBySystem(app: String) -> Int {
+        let n = min(Schedule.maxStanding, (standing[app] ?? 0) + 1)
+        standing[app] = n
+        return n
+    }
+
+    /// An app completed a task in time: one of its ended tasks is made good. Returns its new standing, nil if it
+    /// had none.
+    public mutating func madeGood(app: String) -> Int? {
+        guard let n = standing[app], n > 0 else { return nil }
+        standing[app] = n > 1 ? n - 1 : nil
+        return n - 1
+    }
+
+    /// How long a refresh request of `app` is held back for its standing (0: not at all).
+    public func refreshHoldBack(app: String) -> Double { Schedule.refreshHoldBack(ended: standing[app] ?? 0) }
+
+    // MARK: Run ends
+
+    /// What follows the end of a run of `request`, under the limits' retry backoff.
+    public func next(_ request: RunEnd.Request, _ outcome: RunEnd.Outcome, now: Double) -> RunEnd.Next {
+        RunEnd.next(request, outcome, now: now, backoff: limits.retryBackoff, backoffMax: limits.retryBackoffMax)
+    }
+
+    // MARK: Rest and wake
+
+    /// The waiting task `id` rests on `verdict`: only a change of conditions that changes the verdict of its class
+    /// can start it, so it is not told of anything else. (The caller decides it may: no rule reads its identity.)
+    public mutating func rest(_ id: String, verdict: Verdict) {
+        guard let job = waitingJobs[id] else { return }
+        unrest(id)
+        let c = RestClass(job.fields)
+        let key = RestKey(rest: c, verdict: verdict)
+        resting[key, default: []].insert(id)
+        restKeyOf[id] = key
+        if classFields[c] == nil { classFields[c] = job.fields }
+        awake.remove(id)
+        heldBack.remove(id)
+    }
+
+    public func isResting(_ id: String) -> Bool { restKeyOf[id] != nil }
+    public var restingCount: Int { restKeyOf.count }
+
+    /// The conditions changed: every resting class whose verdict (`verdict`, asked once per class) is not the one
+    /// it rests on wakes. Returns the ids woken, now awake; the caller decides them in full.
+    public mutating func wake(verdict: (TaskFields) -> Verdict) -> [String] {
+        var now: [RestClass: Verdict] = [:]
+        var woken: [String] = []
+        for key in Array(resting.keys) {
+            let v: Verdict
+            if let known = now[key.rest] { v = known } else {
+                v = classFields[key.rest].map(verdict) ?? key.verdict
+                now[key.rest] = v
+            }
+            guard v != key.verdict, let ids = resting.removeValue(forKey: key) else { continue }
+            for id in ids {
+                restKeyOf[id] = nil
+                awake.insert(id)
+                woken.append(id)
+            }
+        }
+        if !woken.isEmpty {
+            let left = Set(resting.keys.map(\.rest))
+            classFields = classFields.filter { left.contains($0.key) }
+        }
+        return woken
+    }
+
+    /// Whether some resting class answers `check` (asked once per class): e.g. whether a temperature could
+    /// change the verdict of some resting task.
+    public func anyRestingClass(_ check: (TaskFields) -> Bool) -> Bool {
+        classFields.values.contains(where: check)
+    }
+
+    /// The resting task `id` is woken by something else (a call about it, a reload): it is awake again.
+    public mutating func unrest(_ id: String) {
+        guard let key = restKeyOf.removeValue(forKey: id) else { return }
+        resting[key]?.remove(id)
+        if resting[key]?.isEmpty == true {
+            resting[key] = nil
+            if !resting.keys.contains(where: { $0.rest == key.rest }) { classFields[key.rest] = nil }
+        }
+        if waiting[id] != nil { awake.insert(id) }
+    }
+}
