@@ -588,7 +588,9 @@ if want("9") {
             Thread.sleep(forTimeInterval: 3)
         }
         let before = rssMB(daemon.process.processIdentifier)
-        _ = try client.call(.listPending, [], timeoutMs: 60_000)
+        // Every page, as `bgtask pending --json` asks them (10,000 a page at most).
+        var range = PageRange(limit: RequestBounds.pageMost)
+        while let next = try client.pendingPage(range, timeoutMs: 60_000).next { range.after = next }
         let after = rssMB(daemon.process.processIdentifier)
         let listedAt = now()
         untilSettled(since: listedAt)

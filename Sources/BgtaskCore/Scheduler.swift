@@ -14,9 +14,12 @@ public struct Scheduler<Item> {
         public var fields: TaskFields
         /// The app that asked; nil for a command task.
         public var app: String?
-        public init(fields: TaskFields, app: String? = nil) {
+        /// When it was submitted: waiting work takes free slots, and is listed, in this order.
+        public var submitted: Double
+        public init(fields: TaskFields, app: String? = nil, submitted: Double = 0) {
             self.fields = fields
             self.app = app
+            self.submitted = submitted
         }
         public var id: String { fields.id }
     }
@@ -27,6 +30,9 @@ public struct Scheduler<Item> {
     public private(set) var running: [String: Item] = [:]
     private var waitingJobs: [String: Job] = [:]
     private var runningJobs: [String: Job] = [:]
+    /// Every waiting id in submission order (then by id), kept sorted as requests come and go: listings page
+    /// through it and slots are offered in it without sorting the queue.
+    private var order: [Position] = []
     /// Waiting ids that do not rest: the ones a change of conditions, a timer or a midnight must be told of.
     public private(set) var awake: Set<String> = []
     private var perApp: [String: Int] = [:]
@@ -47,6 +53,24 @@ public struct Scheduler<Item> {
     private var restKeyOf: [String: RestKey] = [:]
     /// One task of each class, for its verdict (any does: no rule that reads identity lets a task rest).
     private var classFields: [RestClass: TaskFields] = [:]
+
+    /// A place in the submission order, and the cursor of a listing's page.
+    public struct Position: Sendable, Hashable, Comparable {
+        public var submitted: Double
+        public var id: String
+        public init(submitted: Double, id: String) {
+            self.submitted = submitted
+            self.id = id
+        }
+        public static func < (a: Position, b: Position) -> Bool { (a.submitted, a.id) < (b.submitted, b.id) }
+
+        /// Its text form, for a client to hand back (`submitted|id`: a number's text has no `|`).
+        public var cursor: String { "\(submitted)|\(id)" }
+        public init?(cursor: String) {
+            guard let bar = cursor.firstIndex(of: "|"), let t = Double(cursor[..<bar]), t.isFinite else { return nil }
+            self.init(submitted: t, id: String(cursor[cursor.index(after: bar)...]))
+        }
+    }
 
     private struct AppKind: Hashable {
         var app: String
@@ -93,6 +117,9 @@ public struct Scheduler<Item> {
         let old = removeWaiting(job.id)
         waiting[job.id] = item
         waitingJobs[job.id] = job
+        let p = Position(submitted: job.submitted, id: job.id)
+        // New requests come last in the order (they were submitted now): an append, not a search.
+        if let last = order.last, p < last { order.insert(p, at: firstIndex(notBefore: p)) } else { order.append(p) }
         awake.insert(job.id)
         if let a = job.app {
             perApp[a, default: 0] += 1
@@ -107,6 +134,9 @@ public struct Scheduler<Item> {
     @discardableResult
     public mutating func removeWaiting(_ id: String) -> Item? {
         guard let item = waiting.removeValue(forKey: id), let job = waitingJobs.removeValue(forKey: id) else { return nil }
+        let p = Position(submitted: job.submitted, id: id)
+        let i = firstIndex(notBefore: p)
+        if i < order.count, order[i] == p { order.remove(at: i) }
         unrest(id)
         awake.remove(id)
         heldBack.remove(id)
@@ -141,6 +171,28 @@ public struct Scheduler<Item> {
     }
 
     public func job(_ id: String) -> Job? { waitingJobs[id] ?? runningJobs[id] }
+
+    /// The index of the first position not before `p` in the submission order.
+    private func firstIndex(notBefore p: Position) -> Int {
+        var lo = 0, hi = order.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if order[mid] < p { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    /// At most `limit` waiting ids after `after` (from the first if nil), in submission order, and whether more
+    /// follow: one page of a listing, found by a binary search, whatever came and went since the last page.
+    public func waitingInOrder(after: Position? = nil, limit: Int = .max) -> (ids: [String], more: Bool) {
+        var i = 0
+        if let a = after {
+            i = firstIndex(notBefore: a)
+            if i < order.count, order[i] == a { i += 1 }
+        }
+        let end = limit >= order.count - i ? order.count : i + max(0, limit)
+        return (order[i..<end].map(\.id), end < order.count)
+    }
     public var waitingCount: Int { waiting.count }
 
     // MARK: Admission

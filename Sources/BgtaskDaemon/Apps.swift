@@ -176,7 +176,7 @@ extension Daemon {
             for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
         case .appPending:
-            let mine = listPending().filter { $0.app == app }.map { t -> [String: BusValue] in
+            let mine = listPending(allPending.filter { $0.row.app == app }).map { t -> [String: BusValue] in
                 var a = AppPendingTask(identifier: identifierOf(t.id, app: app), kind: t.kind, earliest: t.earliest,
                                        requiresNetwork: t.requiresNetwork, requiresExternalPower: t.requiresExternalPower,
                                        reason: t.reason, rule: t.rule, location: t.location)

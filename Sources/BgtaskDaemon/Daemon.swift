@@ -340,8 +340,8 @@ public final class Daemon {
     func inOrder<S: Sequence>(_ ids: S) -> [Entry] where S.Element == String {
         ids.compactMap { pending[$0] }.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
     }
-    /// Every pending entry, resting or not, in submission order (listings).
-    var allPending: [Entry] { inOrder(pending.keys) }
+    /// Every pending entry, resting or not, in submission order.
+    var allPending: [Entry] { queue.waitingInOrder().ids.compactMap { pending[$0] } }
     /// Every supervisor, in no particular order: for what is done to each alike. Resting tasks have none.
     var supervisors: [Supervisor] { running.values.map(\.supervisor) + queue.awake.compactMap { pending[$0]?.awake } }
 
@@ -377,7 +377,7 @@ public final class Daemon {
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
         let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
-        queue.add(Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil), e)
+        queue.add(Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil, submitted: row.submitted), e)
         if let c = conditions, let shared = evaluator ?? self.evaluator() {
             e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
             rest(e)

@@ -73,7 +73,27 @@ extension Daemon {
             let n = cancelAll()
             return .success([.uint32(UInt32(n))])
         case .listPending:
-            return .success([.dicts(listPending().map(\.variant))])
+            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("ListPending takes \(method.signature)")) }
+            let range: PageRange
+            do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
+            let limit = range.limit ?? RequestBounds.pageDefault
+            guard (1...RequestBounds.pageMost).contains(limit) else {
+                return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))
+            }
+            var after: Scheduler<Entry>.Position?
+            if let c = range.after, !c.isEmpty {
+                guard c.utf8.count <= 512, let p = Scheduler<Entry>.Position(cursor: c) else {
+                    return .failure(SchedulerError.invalidArgs("after: a cursor from a previous page's next (submitted|id)"))
+                }
+                after = p
+            }
+            if let id = range.id {
+                return .success([.dicts(listPending(pending[id].map { [$0] } ?? []).map(\.variant)), .string("")])
+            }
+            let page = queue.waitingInOrder(after: after, limit: Int(limit))
+            let tasks = listPending(page.ids.compactMap { pending[$0] })
+            let next = page.more ? page.ids.last.flatMap { id in pending[id].map { Scheduler<Entry>.Position(submitted: $0.row.submitted, id: id).cursor } } ?? "" : ""
+            return .success([.dicts(tasks.map(\.variant)), .string(next)])
         case .listRunning:
             return .success([.dicts(listRunning().map(\.variant))])
         case .debugLaunch:
@@ -231,11 +251,12 @@ extension Daemon {
         return (est.at, StartEstimate.text(est, what: what, now: wall))
     }
 
-    func listPending() -> [PendingTask] {
+    /// What `entries` wait for (those that wait), as `ListPending` tells it.
+    func listPending(_ entries: [Entry]) -> [PendingTask] {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
-        return (Array(running.values) + allPending).filter(\.isWaiting).map { e in
+        return entries.filter(\.isWaiting).map { e in
             var t = PendingTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, command: e.row.command, submitted: e.row.submitted,
                                 reason: e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason,
                                 requiresExternalPower: e.row.requiresExternalPower, requiresNetwork: e.row.requiresNetwork,

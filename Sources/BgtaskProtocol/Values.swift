@@ -37,6 +37,22 @@ extension BusConnection {
         try call(method.rawValue, args, destination: SchedulerBus.name, path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs)
     }
 
+    /// One page of `ListPending`: its tasks, and the cursor of the next page (nil after the last).
+    public func pendingPage(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (tasks: [[String: BusValue]], next: String?) {
+        let reply = try call(.listPending, [.dict(range.variant)], timeoutMs: timeoutMs)
+        guard reply.count == 2, case .dicts(let tasks) = reply[0], let next = reply[1].string else {
+            throw SchedulerError.failed("bgtaskd answered ListPending with \(SchedulerMethod.listPending.replySignature)? a bgtaskd of another version?")
+        }
+        return (tasks, next.isEmpty ? nil : next)
+    }
+
+    /// The waiting task `id` as `ListPending` tells it, nil if it does not wait.
+    public func pendingTask(_ id: String, timeoutMs: Int32 = 25_000) throws(BusError) -> [String: BusValue]? {
+        var r = PageRange()
+        r.id = id
+        return try pendingPage(r, timeoutMs: timeoutMs).tasks.first
+    }
+
     /// Emits one of the scheduler's signals to every listener, or to one connection.
     public func emit(_ signal: SchedulerSignal, _ args: [BusValue], to destination: String? = nil) {
         if let destination {
@@ -62,6 +78,9 @@ public enum RequestBounds {
     /// Submits per caller per second, averaged over a burst of `submitBurst`.
     public static let submitsPerSecond = 200.0
     public static let submitBurst = 1000.0
+    /// A page of `ListPending`: 1,000 tasks unless asked, 10,000 at most (about 4 MB of reply).
+    public static let pageDefault: UInt32 = 1000
+    public static let pageMost: UInt32 = 10_000
 }
 
 /// An app manifest's `permitted_identifiers` entry: an identifier exactly, or `prefix.*` with a non-empty suffix.

@@ -21,7 +21,7 @@ enum TaskIDCompletion {
         let live = sources.contains(.pending) || sources.contains(.running) ? daemon() : nil
         for source in sources {
             switch source {
-            case .pending: out += live.map { list($0, .listPending) } ?? []
+            case .pending: out += live.map { bus in ((try? bus.pendingPage(PageRange(limit: RequestBounds.pageMost), timeoutMs: 500))?.tasks ?? []).compactMap { $0["id"]?.string } } ?? []
             case .running: out += live.map { list($0, .listRunning) } ?? []
             case .history:
                 if let audit = try? State.audit(write: false), let latest = try? audit.latestPerTask(since: 0, limit: 200) {

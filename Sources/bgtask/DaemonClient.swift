@@ -13,11 +13,38 @@ import BgtaskPolicy
 enum DaemonClient {
     /// Calls a method of bgtaskd; with no session bus or no daemon, says so and exits 69.
     static func call(_ method: SchedulerMethod, _ args: [BusValue] = []) throws -> [BusValue] {
+        asking { bus throws(BusError) in try bus.call(method, args) }
+    }
+
+    /// The waiting task `id` as `ListPending` tells it (nil: it does not wait).
+    static func pendingTask(_ id: String) -> [String: BusValue]? {
+        asking { bus throws(BusError) in try bus.pendingTask(id) }
+    }
+
+    /// Every waiting task, a page at a time (`body` is given each page as it comes: a queue of 100,000 is never
+    /// held whole); or, with `limit`, one page of at most that many after `after`. Returns the next page's cursor.
+    @discardableResult
+    static func pendingPages(limit: UInt32? = nil, after: String? = nil, _ body: ([[String: BusValue]]) -> Void) -> String? {
+        asking { bus throws(BusError) in
+            var range = PageRange(after: after, limit: min(limit ?? RequestBounds.pageDefault, RequestBounds.pageMost))
+            while true {
+                let page = try bus.pendingPage(range)
+                body(page.tasks)
+                guard let next = page.next else { return nil }
+                if limit != nil { return next }
+                range.after = next
+            }
+        }
+    }
+
+    /// Asks bgtaskd on the session bus; what it refuses and a daemon that is not there end the CLI with the
+    /// matching exit status.
+    static func asking<T>(_ body: (BusConnection) throws(BusError) -> T) -> T {
         let bus: BusConnection
         do { bus = try BusConnection() } catch {
             fail("no session bus (\(error.message)); bgtaskd runs on the user's session bus", ExitStatus.unavailable)
         }
-        do { return try bus.call(method, args) } catch {
+        do { return try body(bus) } catch {
             switch SchedulerError(rawValue: error.name) {
             case .unavailable?:
                 fail(error.message, ExitStatus.unavailable)   // bgtaskd's own: it answered, but cannot do it now

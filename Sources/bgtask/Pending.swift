@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 import ArgumentParser
 import BgtaskAudit
 import BgtaskBus
@@ -25,37 +28,66 @@ extension Bgtask {
         @Flag(name: [.customShort("l"), .long], help: "Prose: each task with everything that holds it back, rule and file:line.")
         var long = false
 
+        @Option(help: ArgumentHelp("One page: at most this many tasks (1 to \(RequestBounds.pageMost)); the cursor of the next page goes to stderr.",
+                                   valueName: "n"))
+        var limit: UInt32?
+
+        @Option(help: ArgumentHelp("Start after this cursor, as a page printed it (with --limit).", valueName: "cursor"))
+        var after: String?
+
+        func validate() throws {
+            if let l = limit, !(1...RequestBounds.pageMost).contains(l) {
+                throw ValidationError("--limit: a number of tasks from 1 to \(RequestBounds.pageMost)")
+            }
+        }
+
         func run() throws {
-            let reply = try DaemonClient.call(.listPending)
-            let status = try? DaemonClient.call(.getStatus)
-            guard case .dicts(let raw)? = reply.first else { return }
             if json {
-                // Each task with what its last run used, from the audit trail (bounded, as the table's LAST).
-                let audit = raw.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
+                // Written as the pages come, so that a queue of 100,000 is never held whole: one array, compact.
+                // Each task with what its last run used, from the audit trail (the first 200, as the table's LAST).
+                let audit = (try? State.audit(write: false)) ?? nil
                 let weekAgo = wallClockNow() - 7 * 86_400
-                let out = raw.map { t -> JSONValue in
-                    guard case .object(var fields) = DaemonClient.json(.dict(t)) else { return DaemonClient.json(.dict(t)) }
-                    if let a = audit, let id = t["id"]?.string,
-                       let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
-                        fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
-                        fields.append(("last_energy", JSONValue(f.energy)))
+                var written = 0
+                var text = "["
+                let next = DaemonClient.pendingPages(limit: limit, after: after) { page in
+                    for t in page {
+                        var value = DaemonClient.json(.dict(t))
+                        if written < 200, case .object(var fields) = value, let a = audit, let id = t["id"]?.string {
+                            if let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
+                                fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
+                                fields.append(("last_energy", JSONValue(f.energy)))
+                            }
+                            value = .object(fields)
+                        }
+                        if written > 0 { text += "," }
+                        text += value.rendered
+                        written += 1
                     }
-                    return .object(fields)
+                    fputs(text, stdout)
+                    text = ""
                 }
-                print(JSONValue.array(out).rendered)
+                print("]")
+                if let n = next { Pending.nextPage(n) }
                 return
             }
-            if case .dict(let s)? = status?.first, let w = (try? DaemonStatus(variant: s))?.policyWarning { out("warning: \(w)") }
-            let tasks: [PendingTask]
-            do { tasks = try raw.map { d throws(ProtocolError) in try PendingTask(variant: d) } } catch {
-                DaemonClient.fail("bgtaskd answered ListPending with \(error): a bgtaskd of another version?", ExitStatus.software)
+            if case .dict(let s)? = (try? DaemonClient.call(.getStatus))?.first, let w = (try? DaemonStatus(variant: s))?.policyWarning {
+                out("warning: \(w)")
             }
-            if tasks.isEmpty { out("nothing pending"); return }
-            if long {
-                for t in tasks { prose(t) }
-                return
+            var tasks: [PendingTask] = []
+            let next = DaemonClient.pendingPages(limit: limit, after: after) { page in
+                do { tasks += try page.map { d throws(ProtocolError) in try PendingTask(variant: d) } } catch {
+                    DaemonClient.fail("bgtaskd answered ListPending with \(error): a bgtaskd of another version?", ExitStatus.software)
+                }
             }
-            table(tasks)
+            if tasks.isEmpty { out("nothing pending") }
+            else if long { for t in tasks { prose(t) } }
+            else { table(tasks) }
+            if let n = next { Pending.nextPage(n) }
+        }
+
+        /// Where the next page starts, on stderr: the page itself stays what a script reads.
+        static func nextPage(_ cursor: String) {
+            fputs("bgtask pending: more follow; the next page: --after '\(cursor)'\n", stderr)
         }
 
         func prose(_ t: PendingTask) {

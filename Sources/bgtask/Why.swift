@@ -110,8 +110,7 @@ extension Bgtask {
             guard let bus = try? BusConnection(),
                   case .bool(true)? = try? bus.call("NameHasOwner", [.string(SchedulerBus.name)], destination: "org.freedesktop.DBus",
                                                     path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", timeoutMs: 2000).first,
-                  case .dicts(let list)? = try? bus.call(.listPending, [], timeoutMs: 5000).first,
-                  let d = list.first(where: { $0["id"]?.string == id }), let t = try? PendingTask(variant: d) else { return nil }
+                  let d = (try? bus.pendingTask(id, timeoutMs: 5000)) ?? nil, let t = try? PendingTask(variant: d) else { return nil }
             var parts: [String] = []
             if t.failures > 0 { parts.append("retry \(t.failures) of \(t.retry)") }
             if let e = t.every { parts.append("every \(formatDuration(e))") }

@@ -218,6 +218,38 @@ struct SchedulerTests {
         #expect(!q.anyRestingClass { _ in true }, "no class is left once none rests")
     }
 
+    // MARK: Listing
+
+    @Test("the submission order is kept as requests come and go: pages by cursor, restored rows out of order, a cursor whose task is gone")
+    func submissionOrderPages() throws {
+        var q = queue(Schedule.Limits(maxPendingPerApp: 1000))
+        // Restored rows come in any order; equal times are ordered by id.
+        for (id, t) in [("c", 30.0), ("a", 10), ("e", 50), ("b", 20), ("d", 30), ("f", 60)] {
+            var j = Self.job(id)
+            j.submitted = t
+            q.add(j, id)
+        }
+        #expect(q.waitingInOrder().ids == ["a", "b", "c", "d", "e", "f"])
+        let first = q.waitingInOrder(limit: 2)
+        #expect(first.ids == ["a", "b"] && first.more)
+        let cursor = Queue.Position(submitted: 20, id: "b").cursor
+        q.removeWaiting("b")
+        q.removeWaiting("c")
+        let p = try #require(Queue.Position(cursor: cursor))
+        let second = q.waitingInOrder(after: p, limit: 2)
+        #expect(second.ids == ["d", "e"] && second.more, "the cursor of a removed task still finds its place")
+        let last = q.waitingInOrder(after: Queue.Position(submitted: 50, id: "e"), limit: 2)
+        #expect(last.ids == ["f"] && !last.more)
+        // A request submitted again goes to its new place; a start takes it out of the order.
+        var again = Self.job("a")
+        again.submitted = 70
+        q.add(again, "a")
+        q.start("d")
+        #expect(q.waitingInOrder().ids == ["e", "f", "a"])
+        #expect(Queue.Position(cursor: "nonsense") == nil && Queue.Position(cursor: "inf|x") == nil)
+        #expect(Queue.Position(cursor: "12.5|org.a/x|y") == Queue.Position(submitted: 12.5, id: "org.a/x|y"))
+    }
+
     // MARK: Run ends, across a restart
 
     @Test("retries back off by the policy's limits; periods missed while down run once and keep their phase across a restart")

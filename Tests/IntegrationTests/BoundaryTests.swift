@@ -125,7 +125,7 @@ struct BoundaryTests {
         let app = Confinement.flatpak("org.example.Sandboxed")
         let denied = "ERR org.freedesktop.DBus.Error.AccessDenied"
         let calls: [(String, String)] = [("Submit", "(@a{sv} {}, ['touch', '\(p.dir.path)/escaped'])"), ("Cancel", "('mine',)"), ("CancelAll", "()"),
-                                         ("ListPending", "()"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
+                                         ("ListPending", "(@a{sv} {},)"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
                                          ("SetAppEnabled", "('com.example.Other', false)"), ("GetStatus", "()")]
         for (method, args) in calls {
             let r = try d.call(method, args, from: app, dir: p.dir)
@@ -268,6 +268,46 @@ struct BoundaryTests {
         #expect(said.contains("not a regular file") || said.contains("FIFO"), "\(said)")
         // The loop was not blocked: the daemon still answers.
         #expect(try d.bgtask(["pending"]).0 == 0)
+    }
+
+    @Test("ListPending pages through the queue in submission order: a cursor survives tasks cancelled between pages; a bad range is InvalidArgs naming it")
+    func listPendingPages() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let ids = (0..<25).map { String(format: "page-%02d", $0) }
+        for id in ids {
+            let (s, _, e) = try d.bgtask(["submit", "--id", id, "--earliest", "2h", "--", "true"])
+            #expect(s == 0, "\(id): \(e)")
+        }
+        func page(_ extra: [String]) throws -> (ids: [String], next: String?) {
+            let (s, o, e) = try d.bgtask(["pending", "--json"] + extra)
+            #expect(s == 0, "\(extra): \(e)")
+            let list = try #require(try JSONSerialization.jsonObject(with: Data(o.utf8)) as? [[String: Any]], "\(o)")
+            let next = e.range(of: "--after '").map { r in String(e[r.upperBound...].prefix { $0 != "'" }) }
+            return (list.compactMap { $0["id"] as? String }, next)
+        }
+        let whole = try page([])
+        #expect(whole.ids == ids && whole.next == nil, "every page in one listing, in submission order: \(whole)")
+        let first = try page(["--limit", "10"])
+        #expect(first.ids == Array(ids[0..<10]))
+        let cursor = try #require(first.next, "no cursor for the next page")
+        // The last task of the page is cancelled before the next page is asked: the cursor still finds its place.
+        #expect(try d.bgtask(["cancel", "page-09"]).0 == 0)
+        let second = try page(["--limit", "10", "--after", cursor])
+        #expect(second.ids == Array(ids[10..<20]), "\(second)")
+        let third = try page(["--limit", "10", "--after", try #require(second.next)])
+        #expect(third.ids == Array(ids[20..<25]) && third.next == nil, "\(third)")
+        // One task by id; the table pages too.
+        #expect(try d.call("ListPending", "({'id': <'page-03'>},)", dir: p.dir).contains("'page-03'"))
+        let table = try d.bgtask(["pending"])
+        #expect(table.0 == 0 && table.1.split(separator: "\n").count == 25, "a header and 24 tasks: \(table.1)")
+        for (range, key) in [("({'limit': <uint32 0>},)", "limit"), ("({'limit': <uint32 10001>},)", "limit"), ("({'after': <'nonsense'>},)", "after"),
+                             ("({'limit': <'ten'>},)", "limit"), ("({'page': <1>},)", "page")] {
+            let r = try d.call("ListPending", range, dir: p.dir)
+            #expect(r.hasPrefix("ERR org.freedesktop.DBus.Error.InvalidArgs") && r.contains(key), "\(range): \(r)")
+        }
+        let bad = try d.bgtask(["pending", "--limit", "0"])
+        #expect(bad.0 == 2 && bad.2.contains("--limit"), "a usage error: \(bad)")
     }
 
     @Test("calls with too many option keys or too many bytes are refused before they are read")
