@@ -832,4 +832,127 @@ if want("12") {
     row("start estimate error on 30 held-out synthetic weekdays (charger at 22:30 ± 25 min, 1 day in 10 without)", errors, unit: "min")
 }
 
+// 13. The queue at scale: bgtaskd with 99,000 waiting tasks (persisted, restored at start), then 100,000 (the most
+//     daemon.max_pending_per_app allows), beside the same daemon with an empty queue in the same run. The tasks are regular work that a rule of their kind defers, so they
+//     rest, and a charger plug changes no verdict of theirs.
+if want("13") {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-bench-scale-\(getpid())")
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("config/bgtask/policy.d"), withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(at: dir.appendingPathComponent("big"), withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    try "[daemon]\nmax_pending_per_app = 100000\n\n[[rule]]\nid = \"bench.hold-regular\"\nwhen = 'task.kind == \"regular\"'\nverdict = \"defer\"\nreason = \"held for the benchmark\"\n"
+        .write(to: dir.appendingPathComponent("config/bgtask/policy.d/hold.toml"), atomically: true, encoding: .utf8)
+    let daemonPath = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtaskd").path
+    let tb = Testbed()
+    let laptop = tb.addLaptop(acOnline: false, zoneMilliC: 50_000)
+    let session = try PrivateBus()
+    func environment(_ state: String) -> [String: String] {
+        Child.environment(["XDG_CONFIG_HOME": dir.appendingPathComponent("config").path,
+                           "BGTASK_STATE_DIR": dir.appendingPathComponent(state).path,
+                           "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run-" + state).path,
+                           "BGTASK_SYSTEM_POLICY_DIR": dir.appendingPathComponent("etc").path,
+                           "DBUS_SESSION_BUS_ADDRESS": session.address])
+    }
+    /// CPU time of every thread of `pid`, in ms (schedstat: nanoseconds, not 10 ms ticks).
+    func cpuMs(_ pid: Int32) -> Double {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.reduce(0.0) { sum, t in
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(t)/schedstat", encoding: .utf8)) ?? ""
+            return sum + (Double(text.split(separator: " ").first ?? "") ?? 0) / 1e6
+        }
+    }
+    let client = try BusConnection(address: session.address)
+    func pendingCount() -> Double? {
+        guard case .dict(let d)? = (try? client.call(.getStatus, [], timeoutMs: 5000))?.first else { return nil }
+        return d["pending"]?.number
+    }
+    func start(_ state: String, until count: Int) throws -> (daemon: Child, firstReply: Double, restored: Double) {
+        let t0 = now()
+        let d = try Child(daemonPath, ["--no-dbus"], environment: environment(state))
+        while (try? client.call(.getStatus, [], timeoutMs: 1000)) == nil {
+            guard Double(now() - t0) / 1e9 < 60 else { fatalError("bgtaskd did not answer: \(d.stderr)") }
+            usleep(1000)
+        }
+        let first = Double(now() - t0) / 1e6
+        while (pendingCount() ?? 0) < Double(count) {
+            guard Double(now() - t0) / 1e9 < 120 else { fatalError("bgtaskd did not take up its queue: \(d.stderr)") }
+            usleep(2000)
+        }
+        return (d, first, Double(now() - t0) / 1e6)
+    }
+    let n = 99_000
+    let store = try QueueStore(path: dir.appendingPathComponent("big/queue.sqlite").path)
+    let submitted = Date().timeIntervalSince1970
+    for i in 0..<n {
+        try store.put(QueuedTask(id: "held-\(i)", kind: .regular, argv: ["true"], submitted: submitted + Double(i) / 1e6))
+    }
+    var firsts: [Double] = [], restores: [Double] = []
+    var last: Child?
+    for round in 0..<3 {
+        let s = try start("big", until: n)
+        firsts.append(s.firstReply)
+        restores.append(s.restored)
+        if round < 2 { s.daemon.stop() } else { last = s.daemon }
+    }
+    let daemon = last!
+    let pid = daemon.process.processIdentifier
+    row("bgtaskd start → first reply, 99,000 persisted tasks", firsts, unit: "ms", goal: "≤ 100 ms")
+    row("bgtaskd start → all 99,000 persisted tasks taken up", restores, unit: "ms")
+    untilSettled(since: now())
+    value(String(format: "bgtaskd RSS, 99,000 pending, %.0f s after they are taken up", settledAfter), rssMB(pid), unit: "MB", goal: "≤ 20 MB")
+
+    // A charger plug (and the unplug) that changes no verdict: the daemon's CPU over the second after each,
+    // beside a second with nothing at all.
+    func cpuOverASecond(_ f: () -> Void) -> Double {
+        let c0 = cpuMs(pid)
+        f()
+        Thread.sleep(forTimeInterval: 1)   // a window of fixed length: what the daemon did in it, measured
+        return cpuMs(pid) - c0
+    }
+    var plugs: [Double] = [], quiet: [Double] = []
+    for _ in 0..<5 {
+        quiet.append(cpuOverASecond {})
+        plugs.append(cpuOverASecond { tb.plug(laptop, true, batteryStatus: "Charging") })
+        plugs.append(cpuOverASecond { tb.plug(laptop, false) })
+    }
+    row("bgtaskd CPU for one charger plug or unplug that starts nothing, 99,000 pending", plugs, unit: "ms", peer: "quiet second", goal: "≤ 20 ms")
+    row("bgtaskd CPU over a second with no event, 99,000 pending", quiet, unit: "ms", key: "quiet second")
+
+    // Submit: the daemon's CPU per call, 1,000 calls (one connection's burst) of new ids, at 100,000 pending and
+    // at an empty queue (the peer: a daemon on a state of its own, in the same run).
+    func submitCPU(_ pid: Int32, prefix: String) throws -> Double {
+        let c = try BusConnection(address: session.address)
+        let c0 = cpuMs(pid)
+        for i in 0..<1_000 {
+            do throws(BusError) {
+                _ = try c.call(.submit, [.dict(SubmitOptions(id: "\(prefix)-\(i)", kind: "regular").variant), .strings(["true"])])
+            } catch { fatalError("submit: \(error)") }
+        }
+        return (cpuMs(pid) - c0) / 1_000
+    }
+    let atScale = try submitCPU(pid, prefix: "more")
+    daemon.stop()
+    let empty = try start("empty", until: 0).daemon
+    let atZero = try submitCPU(empty.process.processIdentifier, prefix: "first")
+    empty.stop()
+    value("bgtaskd CPU per `Submit`, from 99,000 to 100,000 pending", n: "1,000", atScale, unit: "ms", peer: "submit at 0", goal: "≤ 1 ms, flat")
+    value("bgtaskd CPU per `Submit`, empty queue", n: "1,000", atZero, unit: "ms", key: "submit at 0")
+
+    // `bgtask pending --json` of all 100,000 (pages of 1,000), as a process; then the daemon's memory after it.
+    let again = try start("big", until: n + 1_000).daemon
+    var rates: [Double] = []
+    for _ in 0..<3 {
+        let t0 = now()
+        let (status, out, err) = try Child.run(Child.bgtaskPath, ["pending", "--json"], environment: environment("big"), deadline: 120)
+        guard status == 0, out.utf8.count > 1_000_000 else { fatalError("pending --json: \(status) \(err)") }
+        rates.append(Double(n + 1_000) / (Double(now() - t0) / 1e9))
+    }
+    value("`bgtask pending --json` of 100,000 waiting tasks", n: "3", percentile(rates, 0.5), unit: "rows/s",
+          text: String(format: "%.0f rows/s", percentile(rates, 0.5)), goal: "≥ 100,000 rows/s")
+    untilSettled(since: now())
+    value(String(format: "bgtaskd RSS, 100,000 pending, %.0f s after three whole listings", settledAfter), rssMB(again.process.processIdentifier),
+          unit: "MB", goal: "≤ 20 MB")
+    again.stop()
+}
+
 printTable()

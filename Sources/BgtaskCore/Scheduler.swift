@@ -35,9 +35,8 @@ public struct Scheduler<Item> {
     private var order: [Position] = []
     /// Waiting ids that do not rest: the ones a change of conditions, a timer or a midnight must be told of.
     public private(set) var awake: Set<String> = []
-    private var perApp: [String: Int] = [:]
-    private var commandsWaiting = 0
-    private var perAppKind: [AppKind: Int] = [:]
+    /// Waiting requests counted per app and per app and kind (admission asks these on every submit).
+    private var counts = Counts()
     public private(set) var load = Schedule.Load()
     public var limits: Schedule.Limits
     public private(set) var batteryUse: Schedule.BatteryUse
@@ -49,10 +48,20 @@ public struct Scheduler<Item> {
     /// Waiting ids that a slot or a budget held back when they asked (`slot`): re-decided when one frees.
     private var heldBack: Set<String> = []
     /// Resting tasks, by class and the verdict they rest on (see `wake`).
-    private var resting: [RestKey: Set<String>] = [:]
-    private var restKeyOf: [String: RestKey] = [:]
-    /// One task of each class, for its verdict (any does: no rule that reads identity lets a task rest).
-    private var classFields: [RestClass: TaskFields] = [:]
+    private var rests = Rests()
+
+    private struct Counts {
+        var perApp: [String: Int] = [:]
+        var commands = 0
+        var perAppKind: [AppKind: Int] = [:]
+    }
+
+    private struct Rests {
+        var byKey: [RestKey: Set<String>] = [:]
+        var keyOf: [String: RestKey] = [:]
+        /// One task of each class, for its verdict (any does: no rule that reads identity lets a task rest).
+        var fields: [RestClass: TaskFields] = [:]
+    }
 
     /// A place in the submission order, and the cursor of a listing's page.
     public struct Position: Sendable, Hashable, Comparable {
@@ -122,10 +131,10 @@ public struct Scheduler<Item> {
         if let last = order.last, p < last { order.insert(p, at: firstIndex(notBefore: p)) } else { order.append(p) }
         awake.insert(job.id)
         if let a = job.app {
-            perApp[a, default: 0] += 1
-            perAppKind[AppKind(app: a, kind: job.fields.kind), default: 0] += 1
+            counts.perApp[a, default: 0] += 1
+            counts.perAppKind[AppKind(app: a, kind: job.fields.kind), default: 0] += 1
         } else {
-            commandsWaiting += 1
+            counts.commands += 1
         }
         return old
     }
@@ -141,11 +150,11 @@ public struct Scheduler<Item> {
         awake.remove(id)
         heldBack.remove(id)
         if let a = job.app {
-            perApp[a] = perApp[a]! > 1 ? perApp[a]! - 1 : nil
+            counts.perApp[a] = counts.perApp[a]! > 1 ? counts.perApp[a]! - 1 : nil
             let k = AppKind(app: a, kind: job.fields.kind)
-            perAppKind[k] = perAppKind[k]! > 1 ? perAppKind[k]! - 1 : nil
+            counts.perAppKind[k] = counts.perAppKind[k]! > 1 ? counts.perAppKind[k]! - 1 : nil
         } else {
-            commandsWaiting -= 1
+            counts.commands -= 1
         }
         return item
     }
@@ -198,7 +207,7 @@ public struct Scheduler<Item> {
     // MARK: Admission
 
     /// How many requests of `app` wait (nil: command tasks).
-    public func waitingCount(app: String?) -> Int { app.map { perApp[$0] ?? 0 } ?? commandsWaiting }
+    public func waitingCount(app: String?) -> Int { app.map { counts.perApp[$0] ?? 0 } ?? counts.commands }
 
     /// nil if `job` may be queued now, else why not: the per-app limit (`daemon.max_pending_per_app`) and, for an
     /// app, Apple's limits per kind. A request replacing its own waiting one does not count twice.
@@ -206,7 +215,7 @@ public struct Scheduler<Item> {
         let replaces = waitingJobs[job.id] != nil
         let app = job.app ?? "cli"
         if let a = job.app {
-            let sameKind = perAppKind[AppKind(app: a, kind: job.fields.kind)] ?? 0
+            let sameKind = counts.perAppKind[AppKind(app: a, kind: job.fields.kind)] ?? 0
             let replacesSameKind = waitingJobs[job.id]?.fields.kind == job.fields.kind
             if let why = limits.pendingOfKind(job.fields.kind, app: a, pending: sameKind - (replacesSameKind ? 1 : 0)) { return why }
         }
@@ -297,37 +306,37 @@ public struct Scheduler<Item> {
         unrest(id)
         let c = RestClass(job.fields)
         let key = RestKey(rest: c, verdict: verdict)
-        resting[key, default: []].insert(id)
-        restKeyOf[id] = key
-        if classFields[c] == nil { classFields[c] = job.fields }
+        rests.byKey[key, default: []].insert(id)
+        rests.keyOf[id] = key
+        if rests.fields[c] == nil { rests.fields[c] = job.fields }
         awake.remove(id)
         heldBack.remove(id)
     }
 
-    public func isResting(_ id: String) -> Bool { restKeyOf[id] != nil }
-    public var restingCount: Int { restKeyOf.count }
+    public func isResting(_ id: String) -> Bool { rests.keyOf[id] != nil }
+    public var restingCount: Int { rests.keyOf.count }
 
     /// The conditions changed: every resting class whose verdict (`verdict`, asked once per class) is not the one
     /// it rests on wakes. Returns the ids woken, now awake; the caller decides them in full.
     public mutating func wake(verdict: (TaskFields) -> Verdict) -> [String] {
         var now: [RestClass: Verdict] = [:]
         var woken: [String] = []
-        for key in Array(resting.keys) {
+        for key in Array(rests.byKey.keys) {
             let v: Verdict
             if let known = now[key.rest] { v = known } else {
-                v = classFields[key.rest].map(verdict) ?? key.verdict
+                v = rests.fields[key.rest].map(verdict) ?? key.verdict
                 now[key.rest] = v
             }
-            guard v != key.verdict, let ids = resting.removeValue(forKey: key) else { continue }
+            guard v != key.verdict, let ids = rests.byKey.removeValue(forKey: key) else { continue }
             for id in ids {
-                restKeyOf[id] = nil
+                rests.keyOf[id] = nil
                 awake.insert(id)
                 woken.append(id)
             }
         }
         if !woken.isEmpty {
-            let left = Set(resting.keys.map(\.rest))
-            classFields = classFields.filter { left.contains($0.key) }
+            let left = Set(rests.byKey.keys.map(\.rest))
+            rests.fields = rests.fields.filter { left.contains($0.key) }
         }
         return woken
     }
@@ -335,16 +344,16 @@ public struct Scheduler<Item> {
     /// Whether some resting class answers `check` (asked once per class): e.g. whether a temperature could
     /// change the verdict of some resting task.
     public func anyRestingClass(_ check: (TaskFields) -> Bool) -> Bool {
-        classFields.values.contains(where: check)
+        rests.fields.values.contains(where: check)
     }
 
     /// The resting task `id` is woken by something else (a call about it, a reload): it is awake again.
     public mutating func unrest(_ id: String) {
-        guard let key = restKeyOf.removeValue(forKey: id) else { return }
-        resting[key]?.remove(id)
-        if resting[key]?.isEmpty == true {
-            resting[key] = nil
-            if !resting.keys.contains(where: { $0.rest == key.rest }) { classFields[key.rest] = nil }
+        guard let key = rests.keyOf.removeValue(forKey: id) else { return }
+        rests.byKey[key]?.remove(id)
+        if rests.byKey[key]?.isEmpty == true {
+            rests.byKey[key] = nil
+            if !rests.byKey.keys.contains(where: { $0.rest == key.rest }) { rests.fields[key.rest] = nil }
         }
         if waiting[id] != nil { awake.insert(id) }
     }

@@ -93,9 +93,8 @@ final class TaskObserver: RunObserver {
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
-    /// The last value of each of `historyNames` written to the history.
-    var recordedHistory: [String: String] = [:]
-    var recordedHistoryAt: [String: Double] = [:]
+    /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
+    var history = ReadingHistory()
     /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
     var midnightFD: Int32 = -1
     /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
@@ -124,22 +123,12 @@ public final class Daemon {
     var lockFD: Int32 = -1
     var sequence = 0
     var stopping = false
-    /// Stored requests not yet taken up at start (nil: not yet read; empty: all taken up).
-    var unrestored: ArraySlice<QueuedTask>?
+    /// How far start-up has taken up the stored queue: after which row, and whether all of it (nil: not begun).
+    var restoring: (after: (submitted: Double, id: String)?, done: Bool)?
     /// Callers identified so far, by unique name (`caller(of:)`).
     var callers: [String: Caller] = [:]
-    /// The system bus, for logind (nil without one).
-    var system: BusConnection?
-    /// logind's delay locks held, by kind ("sleep", "shutdown"), and the kinds whose refusal was said.
-    var delayLocks: [String: Int32] = [:]
-    var refusedLocksSaid: Set<String> = []
-    /// While the machine prepares to sleep: until when the locks may hold it (logind's InhibitDelayMaxSec).
-    var sleepDeadline: Double?
-    var inhibitDelayMax = 5.0
-    /// What the machine prepares for ("sleep", "shutdown"), while it does.
-    var sleepKind: String?
-    /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
-    var sleeping = false { didSet { mergedConditions = nil } }
+    /// logind's sleep and shutdown, and the delay locks held while work runs.
+    lazy var sleep = SleepWatch { [unowned self] in self.say($0) }
     var apps: [String: AppManifest] = [:]
     var manifestErrors: [PolicyError] = []
     var disabledApps: Set<String> = []
@@ -208,34 +197,10 @@ public final class Daemon {
         }
     }
 
-    /// The readings whose history is kept, for the learned start estimate and `bgtask report`.
-    static let historyNames = ["power.external", "user.idle", "network.online", "thermal.state", "thermal.celsius", "battery.percent"]
-    static let historyDays = 60.0
-
-    /// Keeps what changed of `historyNames` (a temperature or a charge level only when it moved 2 or more): one
-    /// row per change, written on a change that woke the daemon anyway — keeping history costs no wake-up.
+    /// Keeps what changed of the readings whose history is kept (`ReadingHistory`).
     func recordHistory(_ values: [String: PolicyValue]) {
-        let now = wallClockNow()
-        var changes: [(time: Double, name: String, value: String)] = []
-        for name in Daemon.historyNames {
-            let text: String
-            switch values[name] ?? .null {
-            case .null: text = "null"
-            case .bool(let b): text = b ? "true" : "false"
-            case .number(let n), .duration(let n): text = String(Int(n.rounded()))
-            case .string(let s): text = s
-            case .list: continue
-            }
-            guard recordedHistory[name] != text else { continue }
-            if name == "thermal.celsius" || name == "battery.percent", let old = recordedHistory[name].flatMap(Double.init),
-               let new = Double(text), abs(old - new) < 2 { continue }
-            // A temperature read every 2 s can swing by 2 °C all day: at most one row a minute for it, so 60
-            // days stay a bounded history (~86,000 rows), not one of millions.
-            if name == "thermal.celsius", let last = recordedHistoryAt[name], now - last < 60 { continue }
-            recordedHistory[name] = text
-            recordedHistoryAt[name] = now
-            changes.append((now, name, text))
-        }
+        let changes = history.changes(values, now: wallClockNow())
+        guard !changes.isEmpty else { return }
         do { try store.recordTransitions(changes) } catch { say("cannot keep the readings' history: \(error)") }
     }
 
@@ -311,7 +276,7 @@ public final class Daemon {
         if let w = policyWarning { say(w) }
         loop.after(0) { [unowned self] in
             try? self.audit.prune(now: wallClockNow())
-            try? self.store.pruneTransitions(before: wallClockNow() - Daemon.historyDays * 86_400)
+            try? self.store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
             self.restoreSlice()
         }
         loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
@@ -350,18 +315,20 @@ public final class Daemon {
     /// Takes up stored requests 500 at a time, each slice after what the bus has queued. A call that reads or
     /// changes the queue takes up the rest first (`restoreAll`), so no caller sees a partial queue.
     func restoreSlice(schedulingNext: Bool = true) {
-        if unrestored == nil {
-            let rows = (try? store.all(state: "pending")) ?? []
-            if !rows.isEmpty { say("\(rows.count) pending in the queue") }
-            unrestored = rows[...]
+        if restoring == nil {
+            let n = (try? store.count(state: "pending")) ?? 0
+            if n > 0 { say("\(n) pending in the queue") }
+            restoring = (nil, n == 0)
         }
-        guard let rows = unrestored, !rows.isEmpty else { return }
+        guard let r = restoring, !r.done else { return }
+        // A page of the stored queue read through its index: a slice costs the same whatever the queue holds, so the
+        // first call is answered after one slice at most.
+        let rows = (try? store.page(state: "pending", after: r.after, limit: 500)) ?? []
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
         let shared = evaluator()
-        for row in rows.prefix(500) where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
-        unrestored = rows.dropFirst(500)
-        if unrestored!.isEmpty {
-            unrestored = []    // lets the rows' storage go
+        for row in rows where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
+        restoring = (rows.last.map { ($0.submitted, $0.id) } ?? r.after, rows.count < 500)
+        if restoring!.done {
             if schedulingNext { afterRound(conditionsChanged: false) }
         } else if schedulingNext {
             loop.after(0) { [unowned self] in self.restoreSlice() }
@@ -370,7 +337,7 @@ public final class Daemon {
 
     /// The whole stored queue, taken up now.
     func restoreAll() {
-        while unrestored == nil || unrestored?.isEmpty == false { restoreSlice(schedulingNext: false) }
+        while restoring?.done != true { restoreSlice(schedulingNext: false) }
     }
 
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
@@ -438,7 +405,7 @@ public final class Daemon {
     var conditions: [String: PolicyValue]? {
         if let c = mergedConditions { return c }
         guard var c = readings ?? events?.currentConditions else { return nil }
-        c["system.preparing_sleep"] = .bool(sleeping)
+        c["system.preparing_sleep"] = .bool(sleep.preparing)
         // Before the first readings the watcher's own may still change under us: not kept.
         if readings != nil { mergedConditions = c }
         return c
@@ -599,7 +566,7 @@ public final class Daemon {
         clientsAtLastRound = clients.count
         newlyResting = false
         let releasing = quiet.observe(quiet: running.isEmpty, now: now)
-        let next = [events.nextDeadline(sups), quiet.deadline, sleepDeadline].compactMap { $0 }.min()
+        let next = [events.nextDeadline(sups), quiet.deadline, sleep.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
         // Last, so that little code runs between giving pages back and the loop's sleep: every page touched after
         // it is faulted in again with its neighbours (the kernel maps 64 KB around a fault).
@@ -643,7 +610,7 @@ public final class Daemon {
     }
 
     func midnight() {
-        try? store.pruneTransitions(before: wallClockNow() - Daemon.historyDays * 86_400)
+        try? store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
         // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
         for e in inOrder(queue.midnight(now: monotonic(), day: localDay())) where e.awake?.machine.phase == .waiting {
             e.supervisor.reevaluate(now: monotonic())

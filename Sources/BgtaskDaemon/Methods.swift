@@ -279,7 +279,8 @@ extension Daemon {
     /// earliest begin date, and a full slot.
     func unmet(_ e: Entry, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
         var out: [[String: BusValue]] = []
-        let matches = e.awake?.machine.lastDecision?.matches ?? evaluator?.decideNow(e.row.fields).matches ?? []
+        // A resting task's last decision is its rest's (shared by the tasks alike): no decision made per task listed.
+        let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(e.row.fields).matches ?? []
         for m in matches where m.verdict != .run && m.verdict != .throttle {
             out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),
                         "reason": .string(m.reason)])

@@ -13,9 +13,29 @@ import BgtaskRun
 /// the machine sleeps, as on iOS), at most until logind's `InhibitDelayMaxSec`, then released.
 /// On `false` the locks are taken again and the queue is looked at anew: earliest dates missed while asleep,
 /// and the conditions after resume.
-extension Daemon {
-    func watchSleep() {
-        guard options.watchSleep else { return }
+///
+/// An adapter of bgtaskd's: it holds logind's connection and locks, and tells the daemon what happens through
+/// `changed`; it knows nothing of the queue (the daemon says whether work runs or expires: `update`).
+final class SleepWatch {
+    /// Between PrepareForSleep(true) and (false): `system.preparing_sleep` is true for every task.
+    private(set) var preparing = false
+    /// While the machine prepares to sleep: until when the locks may hold it (logind's InhibitDelayMaxSec).
+    private(set) var deadline: Double?
+    /// What the machine prepares for ("sleep", "shutdown"), while it does.
+    private(set) var kind: String?
+    private var system: BusConnection?
+    /// logind's delay locks held, by kind ("sleep", "shutdown"), and the kinds whose refusal was said.
+    private var delayLocks: [String: Int32] = [:]
+    private var refusedSaid: Set<String> = []
+    private var inhibitDelayMax = 5.0
+    private let say: (String) -> Void
+    /// The machine began to prepare for `kind` (true) or resumed from it (false); `preparing` is already set.
+    var changed: (_ going: Bool, _ kind: String) -> Void = { _, _ in }
+
+    init(say: @escaping (String) -> Void) { self.say = say }
+
+    /// Subscribes to logind's PrepareForSleep and PrepareForShutdown on the system bus (none: said, not watched).
+    func watch() {
         let sys: BusConnection
         do { sys = try BusConnection(system: true) } catch {
             say("no system bus (\(error.message)): sleep and shutdown are not watched")
@@ -26,35 +46,21 @@ extension Daemon {
         for member in ["PrepareForSleep", "PrepareForShutdown"] {
             sys.subscribe(sender: "org.freedesktop.login1", interface: "org.freedesktop.login1.Manager", member: member,
                           path: "/org/freedesktop/login1") { [unowned self] member, args in
-                self.prepareForSleep(args.first?.bool ?? false, shutdown: member == "PrepareForShutdown")
+                self.prepare(args.first?.bool ?? false, shutdown: member == "PrepareForShutdown")
             }
         }
     }
 
-    /// Whether some running task is ending (its SIGTERM or its app's expiration sent, its grace not over).
-    var expiring: Bool {
-        running.values.contains { e in
-            if case .expiring = e.supervisor.machine.phase { return !e.supervisor.isDone }
-            return false
-        }
-    }
-
-    /// Holds the delay locks while something runs and the machine is not on its way to sleep — and on the
-    /// way, while a task is still expiring and logind's delay has not run out.
-    func updateInhibitor() {
+    /// Holds the delay locks while something runs (`busy`) and the machine is not on its way to sleep — and on
+    /// the way, while a task is still `expiring` and logind's delay has not run out.
+    func update(busy: Bool, expiring: Bool, now: Double) {
         guard let sys = system else { return }
-        let busy = running.values.contains { !$0.supervisor.isDone }
-        let want: Bool
-        if let deadline = sleepDeadline {
-            want = expiring && monotonic() < deadline
-        } else {
-            want = busy
-        }
-        if want, !sleeping, delayLocks.count < 2 {
+        let want = deadline.map { expiring && now < $0 } ?? busy
+        if want, !preparing, delayLocks.count < 2 {
             let missing = ["sleep", "shutdown"].filter { delayLocks[$0] == nil }
             let (held, refused) = sys.delayLocks(missing, who: "bgtaskd", why: "background tasks are running")
             delayLocks.merge(held) { $1 }
-            for (kind, why) in refused.sorted(by: { $0.key < $1.key }) where refusedLocksSaid.insert(kind).inserted {
+            for (kind, why) in refused.sorted(by: { $0.key < $1.key }) where refusedSaid.insert(kind).inserted {
                 // "If an application finds a lock denied it should not consider this much of an error."
                 say("logind refused the \(kind) delay lock (\(why)); running tasks are not protected from \(kind == "sleep" ? "suspend" : "shutdown")")
             }
@@ -62,31 +68,55 @@ extension Daemon {
             let n = delayLocks.count
             for fd in delayLocks.values { close(fd) }
             delayLocks = [:]
-            if sleeping { say("ready for \(sleepKind ?? "sleep"); \(n == 1 ? "delay lock" : "delay locks") released") }
+            if preparing { say("ready for \(kind ?? "sleep"); \(n == 1 ? "delay lock" : "delay locks") released") }
         }
-        if sleepDeadline != nil, !want { sleepDeadline = nil }
+        if deadline != nil, !want { deadline = nil }
     }
 
-    func prepareForSleep(_ going: Bool, shutdown: Bool) {
-        guard going != sleeping else { return }
-        sleeping = going
+    func prepare(_ going: Bool, shutdown: Bool) {
+        guard going != preparing else { return }
+        preparing = going
         let what = shutdown ? "shutdown" : "sleep"
         if going {
-            sleepKind = what
-            say("the machine is going to \(what): the policy decides for \(running.count) running task(s)")
+            kind = what
             let held = !delayLocks.isEmpty
-            sleepDeadline = monotonic() + max(0, inhibitDelayMax - 0.5)
-            deliver(now: monotonic())
-            afterRound(conditionsChanged: true)   // acts and records; the locks go once no task is still expiring
+            deadline = monotonic() + max(0, inhibitDelayMax - 0.5)
+            changed(true, what)
             if !held { say("ready for \(what) (no delay lock was held)") }
         } else {
-            sleepDeadline = nil
-            sleepKind = nil
-            say("resumed from \(what): the queue is looked at anew")
-            // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
-            for e in allPending { add(e.row, restored: true) }
-            deliver(now: monotonic())
-            afterRound(conditionsChanged: true)
+            deadline = nil
+            kind = nil
+            changed(false, what)
         }
+    }
+}
+
+extension Daemon {
+    func watchSleep() {
+        guard options.watchSleep else { return }
+        sleep.changed = { [unowned self] going, what in
+            self.mergedConditions = nil   // system.preparing_sleep changed
+            if going {
+                self.say("the machine is going to \(what): the policy decides for \(self.running.count) running task(s)")
+                self.deliver(now: monotonic())
+                self.afterRound(conditionsChanged: true)   // acts and records; the locks go once no task is still expiring
+            } else {
+                self.say("resumed from \(what): the queue is looked at anew")
+                // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
+                for e in self.allPending { self.add(e.row, restored: true) }
+                self.deliver(now: monotonic())
+                self.afterRound(conditionsChanged: true)
+            }
+        }
+        sleep.watch()
+    }
+
+    /// The delay locks follow what runs: held while a task runs, and on the way to sleep while one still expires.
+    func updateInhibitor() {
+        let expiring = running.values.contains { e in
+            if case .expiring = e.supervisor.machine.phase { return !e.supervisor.isDone }
+            return false
+        }
+        sleep.update(busy: running.values.contains { !$0.supervisor.isDone }, expiring: expiring, now: monotonic())
     }
 }

@@ -262,6 +262,10 @@ public final class QueueStore: @unchecked Sendable {
                 }
                 try db.create(index: "transition_name_time", on: "transition", columns: ["name", "time"])
             }
+            m.registerMigration("v8-request-order") { db in
+                // The queue read in submission order a page at a time (start-up takes it up in slices).
+                try db.create(index: "request_state_order", on: "request", columns: ["state", "submitted", "id"])
+            }
             try m.migrate(db)
         } catch let e as QueueError {
             opened.map(Connections.close)
@@ -281,6 +285,21 @@ public final class QueueStore: @unchecked Sendable {
     /// The requests in one state (`running`: what a daemon that died left), without reading the rest.
     public func all(state: String) throws -> [QueuedTask] {
         try db.read { try QueuedTask.filter(Column("state") == state).order(Column("submitted"), Column("id")).fetchAll($0) }
+    }
+
+    /// At most `limit` requests in `state` after (`submitted`, `id`) in submission order, then by id: the queue
+    /// read a page at a time through its index, so the first page costs what a page does, whatever the queue holds.
+    public func page(state: String, after: (submitted: Double, id: String)?, limit: Int) throws -> [QueuedTask] {
+        try db.read { db in
+            var q = QueuedTask.filter(Column("state") == state)
+            if let a = after { q = q.filter(sql: "(submitted, id) > (?, ?)", arguments: [a.submitted, a.id]) }
+            return try q.order(Column("submitted"), Column("id")).limit(limit).fetchAll(db)
+        }
+    }
+
+    /// How many requests are in `state`.
+    public func count(state: String) throws -> Int {
+        try db.read { try QueuedTask.filter(Column("state") == state).fetchCount($0) }
     }
 
     public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
