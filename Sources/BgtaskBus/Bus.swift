@@ -359,6 +359,13 @@ public struct BusCall {
     public let args: [BusValue?]
     /// The argument types as sent, e.g. "(a{sv}as)" (GDBus checks them against the XML before we see the call).
     public let signature: String
+
+    public init(sender: String, method: String, args: [BusValue?], signature: String) {
+        self.sender = sender
+        self.method = method
+        self.args = args
+        self.signature = signature
+    }
 }
 
 /// A caller's credentials as the bus gave them. `pidfd` is the bus's own handle on the process (dbus-daemon

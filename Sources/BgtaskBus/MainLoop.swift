@@ -35,6 +35,12 @@ public final class MainLoop {
         g_main_loop_unref(loop)
     }
 
+    /// Runs what is due now on the default context, without waiting for anything (a loop driven by its caller,
+    /// as a test drives a daemon in its own thread).
+    public func runPending() {
+        while g_main_context_pending(nil) != 0 { g_main_context_iteration(nil, 0) }
+    }
+
     /// Calls `action` whenever `fd` is readable (or hung up), for as long as the loop lives.
     public func watch(fd: Int32, _ action: @escaping () -> Void) {
         let w = Watch(action)

@@ -61,10 +61,10 @@ final class AppTask: AppTaskHooks {
 extension Daemon {
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
     func loadApps() {
-        let (found, errors) = AppManifests.load()
+        let (found, errors) = AppManifests.load(directories: options.places?.appDirectories ?? AppManifests.directories())
         apps = found
         manifestErrors = errors
-        disabledApps = AppManifests.disabled()
+        disabledApps = options.places == nil ? AppManifests.disabled() : []
         for e in errors { say("manifest skipped: \(e.description)") }
     }
 

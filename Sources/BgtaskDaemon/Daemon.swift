@@ -23,7 +23,29 @@ public struct DaemonOptions {
     public var watchSleep = true
     /// Run command tasks as transient units where a systemd user manager runs (off with `--no-systemd-units`).
     public var systemdUnits = true
+    /// Where its configuration and state are, when not where the user's environment says (nil: there).
+    public var places: DaemonPlaces?
+    /// The readings, when given rather than watched (nil: the condition watcher reads the machine).
+    public var readings: [String: PolicyValue]?
+    /// Whether the process's terminating signals and SIGCHLD are bgtaskd's (a signalfd); false in a process that
+    /// has other users of signals.
+    public var ownsSignals = true
+    /// Starts command tasks (nil: a transient systemd unit where a manager runs, else a child process).
+    public var launcher: TaskLauncher?
     public init(probe: ProbeOptions) { self.probe = probe }
+}
+
+/// A daemon's own files, in place of the user's configuration and state directories: a daemon run inside a test
+/// process reads and writes only these.
+public struct DaemonPlaces {
+    public var stateDirectory: String
+    public var policySources: [PolicySource]
+    public var appDirectories: [String]
+    public init(stateDirectory: String, policySources: [PolicySource], appDirectories: [String]) {
+        self.stateDirectory = stateDirectory
+        self.policySources = policySources
+        self.appDirectories = appDirectories
+    }
 }
 
 public struct DaemonError: Error, CustomStringConvertible {
@@ -155,7 +177,7 @@ public final class Daemon {
     public init(options: DaemonOptions) throws {
         self.options = options
         do {
-            stateDir = try StatePaths.preparedStateDirectory()
+            stateDir = try options.places.map { p throws(PathError) in try SecureDirectory.prepare(p.stateDirectory) } ?? StatePaths.preparedStateDirectory()
             outputDir = try SecureDirectory.prepare(stateDir + "/output")
         } catch { throw DaemonError(message: "state directory \(error)", status: ExitStatus.cantCreate) }
         // One daemon per user and state directory, whatever bus it is on.
@@ -169,7 +191,7 @@ public final class Daemon {
             audit.batching = true
         } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
         let atStart = ConfigWatch.fingerprint(Daemon.configurationDirectories(options))
-        let (p, errors) = PolicyLayers.load(PolicyLayers.sources(extra: options.policyFiles))
+        let (p, errors) = PolicyLayers.load(Daemon.policySources(options))
         // A broken layer in a policy directory is left out with a warning, the others in force: a daemon that
         // exited would leave the user with no background work after the next login. A file named on the command
         // line is what was asked for: without it, nothing.
@@ -189,12 +211,19 @@ public final class Daemon {
                           submitsPerSecond: RequestBounds.submitsPerSecond, submitBurst: RequestBounds.submitBurst)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
-        do { events = try EventLoop(watch: EventLoop.watchOptions(Daemon.probe(options.probe, p.settings), policies: [p])) } catch {
+        let watch = options.readings == nil ? EventLoop.watchOptions(Daemon.probe(options.probe, p.settings), policies: [p]) : nil
+        do { events = try EventLoop(watch: watch, signals: options.ownsSignals) } catch {
             throw DaemonError(message: "\(error)", status: ExitStatus.failure)
         }
         do { bus = try BusConnection(address: options.busAddress) } catch {
             throw DaemonError(message: "cannot connect to the session bus: \(error.message)", status: ExitStatus.unavailable)
         }
+        readings = options.readings
+    }
+
+    /// The policy's sources: the layers and the files named on the command line, or the places' own.
+    static func policySources(_ options: DaemonOptions) -> [PolicySource] {
+        options.places?.policySources ?? PolicyLayers.sources(extra: options.policyFiles)
     }
 
     /// Keeps what changed of the readings whose history is kept (`ReadingHistory`).
@@ -227,6 +256,13 @@ public final class Daemon {
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
+        try prepare()
+        loop.run()
+        return exitStatus
+    }
+
+    /// All of `run` but the loop: recovery, the apps, the bus name, the watches; the first round.
+    public func prepare() throws {
         scheduleMidnight()
         loadApps()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
@@ -279,7 +315,7 @@ public final class Daemon {
             try? self.store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
             self.restoreSlice()
         }
-        loop.watch(fd: events.signalFD) { [unowned self] in self.signals() }
+        if events.signalFD >= 0 { loop.watch(fd: events.signalFD) { [unowned self] in self.signals() } }
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
                 self.readings = values
@@ -294,11 +330,9 @@ public final class Daemon {
             self.afterRound(conditionsChanged: true)
         }
         watchSleep()
-        watchConfiguration()
+        if options.places == nil { watchConfiguration() }
         watchAppConnections()
         afterRound(conditionsChanged: false)
-        loop.run()
-        return exitStatus
     }
 
     /// Waiting entries among `ids`, in submission order (the order in which waiting work may take a free slot).
@@ -391,6 +425,7 @@ public final class Daemon {
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
         if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
+        else if let l = options.launcher { s.launcher = l }
         else if systemd != nil { s.launcher = self }
         return s
     }
@@ -754,7 +789,7 @@ public final class Daemon {
     /// good policy in force, and says so. Returns whether it loaded, and what changed (or why not).
     @discardableResult
     func reload() -> (ok: Bool, said: String) {
-        let sources = PolicyLayers.sources(extra: options.policyFiles)
+        let sources = Daemon.policySources(options)
         let (p, errors) = PolicyLayers.load(sources)
         if !errors.isEmpty {
             policyWarning = "the policy does not load (the last good policy stays in force): " + errors.map(\.description).joined(separator: "; ")

@@ -35,11 +35,14 @@ extension Daemon {
     }
 
     func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
-        let who: Caller
         switch caller(of: call) {
         case .failure(let e): return .failure(e)
-        case .success(let c): who = c
+        case .success(let who): return handle(call, from: who)
         }
+    }
+
+    /// A call from a caller already identified: the service itself, request in, reply out.
+    func handle(_ call: BusCall, from who: Caller) -> Result<[BusValue], BusError> {
         // GDBus checked the arguments' types against the interface before this runs; an unknown name is refused too.
         guard let method = SchedulerMethod(rawValue: call.method) else { return .failure(SchedulerError.unknownMethod("no method \(call.method)")) }
         // A sandboxed app reaches the user's queue only through its own app id: a Submit would run a command

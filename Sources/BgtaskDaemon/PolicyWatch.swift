@@ -133,6 +133,7 @@ extension Daemon {
 
     var configurationDirectories: [String] { Daemon.configurationDirectories(options) }
     static func configurationDirectories(_ options: DaemonOptions) -> [String] {
-        PolicyLayers.directories(extra: options.policyFiles) + AppManifests.directories()
+        if let p = options.places { return p.appDirectories }
+        return PolicyLayers.directories(extra: options.policyFiles) + AppManifests.directories()
     }
 }

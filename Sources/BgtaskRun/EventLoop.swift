@@ -16,7 +16,8 @@ public final class EventLoop {
     /// The newest snapshot, written by the watcher's thread (a class box: a Mutex cannot be shared by copy).
     final class Latest: Sendable { let value = Mutex<ConditionSnapshot?>(nil) }
     let latest = Latest()
-    let handle: WatchHandle
+    /// The condition watcher (nil: none, the readings are given: bgtaskd in a test).
+    let handle: WatchHandle?
     /// The poll interval the watcher was started with: the shortest the loop will ask for.
     let thermalMinimumMs: Int32?
     var thermalAsked: Int32?
@@ -32,25 +33,29 @@ public final class EventLoop {
         return WatchOptions(probe: probe, thermalIntervalMs: readsThermal ? 2000 : nil)
     }
 
-    public init(watch: WatchOptions) throws {
+    /// `watch` nil: no watcher (the readings come from elsewhere); `signals` false: the process's signals are left
+    /// alone (a loop inside a test process, which is not the process's only user of signals).
+    public init(watch: WatchOptions?, signals: Bool = true) throws {
         // Signals first, so the watcher's threads inherit the mask and only the signalfd sees them.
-        let fd = bgt_signalfd_forwarded()
-        guard fd >= 0 else { throw SetupError(description: "cannot set up signal handling: \(String(cString: strerror(-fd)))") }
+        let fd = signals ? bgt_signalfd_forwarded() : -1
+        guard fd >= 0 || !signals else { throw SetupError(description: "cannot set up signal handling: \(String(cString: strerror(-fd)))") }
         sigfd = fd
-        thermalMinimumMs = watch.thermalIntervalMs
-        thermalAsked = watch.thermalIntervalMs
+        thermalMinimumMs = watch?.thermalIntervalMs
+        thermalAsked = watch?.thermalIntervalMs
         let latest = self.latest, wake = self.wake
-        handle = ConditionWatcher.start(watch, deliver: { u in
-            let snap = u.snapshot
-            latest.value.withLock { $0 = snap }
-            wake.wake()
-            return true
-        })
+        handle = watch.map { w in
+            ConditionWatcher.start(w, deliver: { u in
+                let snap = u.snapshot
+                latest.value.withLock { $0 = snap }
+                wake.wake()
+                return true
+            })
+        }
     }
 
     deinit {
-        handle.stop()
-        close(sigfd)
+        handle?.stop()
+        if sigfd >= 0 { close(sigfd) }
     }
 
     /// Runs until every supervisor is done (`bgtask run`: signals go to the supervisors).
@@ -96,10 +101,11 @@ public final class EventLoop {
 
     /// Every signal waiting on the signalfd.
     /// A reloaded policy's thresholds for the readings (battery, thermal, idle, storage).
-    public func setProbeOptions(_ probe: ProbeOptions) { handle.setProbeOptions(probe) }
+    public func setProbeOptions(_ probe: ProbeOptions) { handle?.setProbeOptions(probe) }
 
     public func readSignals() -> [Int32] {
         var out: [Int32] = []
+        guard sigfd >= 0 else { return [] }
         var sig = bgt_signalfd_read(sigfd)
         while sig != 0 { out.append(sig); sig = bgt_signalfd_read(sigfd) }
         return out
@@ -151,7 +157,7 @@ public final class EventLoop {
                                                           minimumMs: minimum, maximumMs: max(minimum, 30_000)) : nil
         if want != thermalAsked {
             thermalAsked = want
-            handle.setThermalInterval(ms: want)
+            handle?.setThermalInterval(ms: want)
         }
     }
 

@@ -1,6 +1,7 @@
 import BgtaskBus
 import Testing
 
+extension DefaultContextTests {
 @Suite("the GLib main loop's one-shot timers")
 struct MainLoopTests {
     final class Token {}
@@ -23,4 +24,5 @@ struct MainLoopTests {
         #expect(ran)
         #expect(captured == nil)
     }
+}
 }

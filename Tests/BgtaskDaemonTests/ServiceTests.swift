@@ -1,0 +1,296 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+@testable import BgtaskDaemon
+import BgtaskBus
+import BgtaskConfig
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskProtocol
+import BgtaskRun
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// A task's process as the tests see it: nothing runs; what the supervisor does to it is written down.
+final class FakeUnit: ManagedUnit {
+    let unitName: String
+    var mainPID: pid_t? { nil }
+    private(set) var signals: [Int32] = []
+    private(set) var caps: [Int?] = []
+    private(set) var freezes: [Bool] = []
+    private(set) var released = false
+    init(_ name: String) { unitName = name }
+    func kill(_ sig: Int32) { signals.append(sig) }
+    func setCPUQuota(_ percent: Int?) { caps.append(percent) }
+    func freeze(_ on: Bool) { freezes.append(on) }
+    func cpuSeconds() -> Double? { 0 }
+    func release() { released = true }
+}
+
+/// Starts every command task as a `FakeUnit`.
+final class FakeLauncher: TaskLauncher {
+    private(set) var started: [String: FakeUnit] = [:]
+    private(set) var argv: [String: [String]] = [:]
+    func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess? {
+        let u = FakeUnit("fake-\(s.id).service")
+        started[s.id] = u
+        self.argv[s.id] = argv
+        return TaskProcess(unit: u)
+    }
+}
+
+/// bgtaskd's service in this process: its own state, policy and manifests in a temporary directory, a private
+/// bus for what it emits, given readings (no watcher: nothing of this machine is read for a verdict), no signals
+/// of its own, and a fake launcher. Calls go straight to the service with a caller already identified; the round
+/// that follows a call is run by the test (`settle`), not by a timer.
+final class InProcessDaemon {
+    let dir: URL
+    let bus: PrivateBus
+    let launcher = FakeLauncher()
+    let daemon: Daemon
+    static let user = Caller(uid: getuid(), pid: getpid(), sandbox: .none)
+    /// Every daemon made, kept: the GLib default context may still hold its sources (timers, watches) after its
+    /// test, and they refer to it unowned.
+    nonisolated(unsafe) static var kept: [Daemon] = []
+
+    init(policy: String = "", readings: [String: PolicyValue], manifests: [(id: String, identifiers: [String])] = []) throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtaskd-in-process-\(UUID().uuidString)")
+        let apps = dir.appendingPathComponent("apps")
+        try FileManager.default.createDirectory(at: apps, withIntermediateDirectories: true)
+        let policyFile = dir.appendingPathComponent("policy.toml")
+        try policy.write(to: policyFile, atomically: true, encoding: .utf8)
+        for m in manifests {
+            let ids = m.identifiers.map { "\"\($0)\"" }.joined(separator: ", ")
+            try "id = \"\(m.id)\"\ncommand = [\"/bin/true\"]\npermitted_identifiers = [\(ids)]\nkinds = [\"refresh\", \"processing\", \"continued\"]\n"
+                .write(to: apps.appendingPathComponent("\(m.id).toml"), atomically: true, encoding: .utf8)
+        }
+        bus = try PrivateBus()
+        var o = DaemonOptions(probe: ProbeOptions(root: SysfsRoot(sysfs: dir.appendingPathComponent("sys").path, proc: dir.appendingPathComponent("proc").path),
+                                                  useDBus: false))
+        o.busAddress = bus.address
+        o.quiet = true
+        o.watchSleep = false
+        o.systemdUnits = false
+        o.ownsSignals = false
+        o.readings = readings
+        o.launcher = launcher
+        o.places = DaemonPlaces(stateDirectory: dir.appendingPathComponent("state").path,
+                                policySources: [.builtIn, .file(policyFile.path)], appDirectories: [apps.path])
+        daemon = try Daemon(options: o)
+        InProcessDaemon.kept.append(daemon)
+        try daemon.prepare()
+        daemon.loop.runPending()
+    }
+
+    deinit { try? FileManager.default.removeItem(at: dir) }
+
+    /// One call to the service, then the round that acts on it.
+    @discardableResult
+    func call(_ method: SchedulerMethod, _ args: [BusValue] = [], from who: Caller = InProcessDaemon.user, sender: String = ":1.42") -> Result<[BusValue], BusError> {
+        let r = daemon.handle(BusCall(sender: sender, method: method.rawValue, args: args, signature: method.signature), from: who)
+        settle()
+        return r
+    }
+
+    /// The round after a call, and what it left due at once on the loop.
+    func settle() {
+        daemon.afterRound(conditionsChanged: false)
+        daemon.loop.runPending()
+    }
+
+    /// New readings, as the watcher would deliver them.
+    func conditions(_ values: [String: PolicyValue]) {
+        daemon.readings = values
+        daemon.deliver(now: monotonic())
+        daemon.afterRound(conditionsChanged: true)
+    }
+
+    func submit(_ id: String, _ options: SubmitOptions = SubmitOptions(), argv: [String] = ["true"]) -> Result<[BusValue], BusError> {
+        var o = options
+        o.id = id
+        return call(.submit, [.dict(o.variant), .strings(argv)])
+    }
+
+    func pending(_ range: PageRange = PageRange()) throws -> [PendingTask] {
+        let reply = try call(.listPending, [.dict(range.variant)]).get()
+        guard case .dicts(let list)? = reply.first else { throw DaemonTestFailure("ListPending replied \(reply)") }
+        return try list.map { d throws(ProtocolError) in try PendingTask(variant: d) }
+    }
+
+    /// The running task `id`'s command exits with `status` (a unit's end, as its manager would say it).
+    func exit(_ id: String, status: Int32 = 0) {
+        daemon.running[id]?.supervisor.childExited(waitStatus: status << 8)
+        settle()
+    }
+}
+
+struct DaemonTestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+extension Result {
+    var failureName: String? { if case .failure(let e as BusError) = self { return e.name }; return nil }
+}
+
+/// The tests that run the GLib default context in this process (a daemon's loop, MainLoop's timers), one at a time:
+/// a source one of them left would otherwise be dispatched on another's thread.
+@Suite("the GLib default context's users, one at a time", .serialized)
+enum DefaultContextTests {}
+
+/// The service run in this process (no bgtaskd spawned): what each method does to the queue, as the state says it.
+extension DefaultContextTests {
+@Suite("bgtaskd's service in process: Submit, Cancel, pending, debug launch and expire, apps, errors")
+struct ServiceTests {
+    static let onBattery: [String: PolicyValue] = ["power.external": .bool(false), "network.online": .bool(true), "user.idle": .bool(true)]
+    static let charger: [String: PolicyValue] = ["power.external": .bool(true), "network.online": .bool(true), "user.idle": .bool(true)]
+    /// The default's power rule without its holds: the charger starts work at once.
+    static let fastPower = """
+    [[rule]]
+    id = "processing.needs-power"
+    when = 'task.requires_external_power && power.external != true'
+    verdict = "defer"
+    reason = "waiting for external power"
+    hold = "0s"
+    """
+
+    @Test("Submit queues a command; it waits for the charger with its rule; the charger starts it; its exit ends it and it leaves the queue")
+    func submitWaitRunFinish() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        let reply = try d.submit("backup", o, argv: ["restic", "backup"]).get()
+        #expect(reply.first?.string == "backup")
+        let waiting = try d.pending()
+        #expect(waiting.map(\.id) == ["backup"])
+        #expect(waiting.first?.rule == "processing.needs-power" && waiting.first?.reason.contains("external power") == true, "\(waiting)")
+        #expect(d.launcher.started.isEmpty)
+
+        d.conditions(Self.charger)
+        let unit = try #require(d.launcher.started["backup"], "not started on the charger")
+        #expect(d.launcher.argv["backup"] == ["restic", "backup"])
+        #expect(d.daemon.running["backup"] != nil && d.daemon.pending["backup"] == nil)
+        #expect(try d.pending().isEmpty)
+        #expect(try QueueStoreView(d).state("backup") == "running", "the queue says it runs before anything else does")
+
+        d.exit("backup", status: 0)
+        #expect(d.daemon.running["backup"] == nil)
+        #expect(unit.released)
+        #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
+    }
+
+    @Test("Cancel removes a pending request and expires a running task (SIGTERM to its unit); an unknown id is NoSuchTask")
+    func cancel() throws {
+        let d = try InProcessDaemon(readings: Self.charger)
+        _ = try d.submit("now").get()
+        let unit = try #require(d.launcher.started["now"])
+        var later = SubmitOptions()
+        later.earliest = Date().timeIntervalSince1970 + 3600
+        _ = try d.submit("later", later).get()
+        #expect(try d.pending().map(\.id) == ["later"])
+
+        let removed = try d.call(.cancel, [.string("later")]).get()
+        #expect(removed.first?.string?.contains("removed the pending request") == true)
+        #expect(try d.pending().isEmpty)
+        let expired = try d.call(.cancel, [.string("now")]).get()
+        #expect(expired.first?.string?.contains("expired the running task") == true)
+        #expect(unit.signals.contains(SIGTERM), "\(unit.signals)")
+        #expect(d.call(.cancel, [.string("nothing")]).failureName == SchedulerError.noSuchTask.rawValue)
+    }
+
+    @Test("DebugLaunch starts a waiting task whatever the conditions; DebugExpire sends a running one SIGTERM; both refuse what is not there")
+    func debugLaunchAndExpire() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        _ = try d.submit("held", o).get()
+        #expect(d.launcher.started["held"] == nil)
+        _ = try d.call(.debugLaunch, [.string("held")]).get()
+        let unit = try #require(d.launcher.started["held"], "debug launch did not start it")
+        #expect(d.call(.debugLaunch, [.string("held")]).failureName == SchedulerError.noSuchTask.rawValue, "no pending task of that id now")
+        _ = try d.call(.debugExpire, [.string("held")]).get()
+        #expect(unit.signals.contains(SIGTERM))
+        d.exit("held", status: 143)
+        #expect(d.call(.debugExpire, [.string("held")]).failureName == SchedulerError.noSuchTask.rawValue)
+    }
+
+    @Test("errors: a bad request is InvalidArgs naming what is wrong, and nothing is queued; the per-app limit is TooManyPendingTaskRequests")
+    func errors() throws {
+        let d = try InProcessDaemon(policy: "[daemon]\nmax_pending_per_app = 2\n", readings: Self.onBattery)
+        var future = SubmitOptions()
+        future.earliest = Date().timeIntervalSince1970 + 3600
+        #expect(d.call(.submit, [.dict(future.variant), .strings([])]).failureName == SchedulerError.invalidArgs.rawValue)
+        var bad = future
+        bad.kind = "urgent"
+        let kind = d.submit("k", bad)
+        #expect(kind.failureName == SchedulerError.invalidArgs.rawValue)
+        if case .failure(let e) = kind { #expect(e.message.contains("urgent"), "\(e.message)") }
+        var window = future
+        window.window = "25:00-26:00"
+        #expect(d.submit("w", window).failureName == SchedulerError.invalidArgs.rawValue)
+        #expect(d.call(.submit, [.dict(["nonsense": .bool(true)]), .strings(["true"])]).failureName == SchedulerError.invalidArgs.rawValue)
+        #expect(try d.pending().isEmpty, "nothing refused was queued")
+        _ = try d.submit("a", future).get()
+        _ = try d.submit("b", future).get()
+        #expect(d.submit("c", future).failureName == SchedulerError.tooManyPending.rawValue)
+        #expect(try d.submit("a", future).get().first?.string == "a", "a request replacing its own is not one more")
+        #expect(d.call(.listPending, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
+    }
+
+    @Test("apps: a manifest's app registers and submits its permitted identifiers within Apple's limits; others are NotPermitted; a sandboxed caller reaches only its own")
+    func apps() throws {
+        let d = try InProcessDaemon(readings: Self.onBattery, manifests: [(id: "org.example.Feed", identifiers: ["org.example.feed.refresh"])])
+        let app = BusValue.string("org.example.Feed")
+        _ = try d.call(.appRegister, [app, .string("org.example.feed.refresh")]).get()
+        #expect(d.call(.appRegister, [app, .string("org.example.other")]).failureName == SchedulerError.notPermitted.rawValue)
+        let later = BusValue.double(Date().timeIntervalSince1970 + 3600)
+        let request: [String: BusValue] = ["identifier": .string("org.example.feed.refresh"), "kind": .string("refresh"), "earliest": later]
+        _ = try d.call(.appSubmit, [app, .dict(request)]).get()
+        let mine = try d.call(.appPending, [app]).get()
+        guard case .dicts(let list)? = mine.first else { throw DaemonTestFailure("AppPending replied \(mine)") }
+        #expect(list.compactMap { $0["identifier"]?.string } == ["org.example.feed.refresh"])
+        var second = request
+        second["identifier"] = .string("org.example.other")
+        #expect(d.call(.appSubmit, [app, .dict(second)]).failureName == SchedulerError.notPermitted.rawValue)
+        #expect(d.call(.appSubmit, [.string("org.example.Nobody"), .dict(request)]).failureName != nil, "no manifest, no submit")
+
+        // A Flatpak app: its own app id only, and none of the queue's other methods.
+        let sandboxed = Caller(uid: getuid(), pid: getpid(), sandbox: .flatpak(appID: "org.example.Feed"))
+        #expect(throws: Never.self) { try d.call(.appPending, [app], from: sandboxed).get() }
+        #expect(d.call(.appPending, [.string("org.example.Other")], from: sandboxed).failureName == SchedulerError.notPermitted.rawValue,
+                "another app's id: the sandbox says who it is")
+        #expect(d.call(.listPending, [.dict(PageRange().variant)], from: sandboxed).failureName == SchedulerError.accessDenied.rawValue)
+        #expect(d.call(.cancelAll, [], from: sandboxed).failureName == SchedulerError.accessDenied.rawValue)
+
+        _ = try d.call(.appCancelAll, [app]).get()
+        #expect(try d.pending().isEmpty)
+    }
+
+    @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
+    func status() throws {
+        var readings = Self.onBattery
+        readings["thermal.state"] = .string("fair")
+        let d = try InProcessDaemon(readings: readings)
+        var later = SubmitOptions()
+        later.earliest = Date().timeIntervalSince1970 + 3600
+        _ = try d.submit("one", later).get()
+        guard case .dict(let s)? = try d.call(.getStatus).get().first else { throw DaemonTestFailure("no status") }
+        let status = try DaemonStatus(variant: s)
+        #expect(status.pending == 1 && status.running == 0 && status.pid == UInt32(getpid()))
+        guard case .dict(let c)? = try d.call(.getConditions).get().first else { throw DaemonTestFailure("no conditions") }
+        #expect(try Conditions(variant: c).thermalState == "fair")
+    }
+}
+}
+
+/// The queue as stored, read through the daemon's own store.
+struct QueueStoreView {
+    let d: InProcessDaemon
+    init(_ d: InProcessDaemon) { self.d = d }
+    func state(_ id: String) throws -> String? {
+        if try d.daemon.store.get(id, state: "running") != nil { return "running" }
+        if try d.daemon.store.get(id, state: "pending") != nil { return "pending" }
+        return nil
+    }
+}
