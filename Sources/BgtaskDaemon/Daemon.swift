@@ -501,7 +501,7 @@ public final class Daemon {
             e.row.cgroup = s.taskProcess?.containment
             e.row.started = wallClockNow()
             do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
-            if !e.row.isAppTask, s.taskProcess?.unit == nil { outputWatch.watch(outputPath(id)) }
+            if !e.row.isAppTask, s.taskProcess?.unitName == nil { outputWatch.watch(outputPath(id)) }
             bus.emit(.taskChanged, [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
             bus.emit(.taskChanged, [.string(id), .string(stateName(s))])
@@ -819,7 +819,7 @@ public final class Daemon {
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
         let entries = running.values.sorted { $0.row.id < $1.row.id }
         for e in entries {
-            if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unit { systemd?.stopLeftover(u.unitName) }
+            if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unitName { systemd?.stopLeftover(u) }
             e.supervisor.taskProcess?.thawForSignal()
         }
         let ended = RunProcesses.endAll(entries.map { e in

@@ -324,7 +324,7 @@ extension Daemon {
             if let dec = s.machine.lastDecision, dec.verdict != .run, let m = dec.matches.first {
                 t.reason = "\(m.reason) — rule \(m.ruleID) (\(m.location))"
             }
-            t.unit = s.taskProcess?.unit?.unitName
+            t.unit = s.taskProcess?.unitName
             return t
         }
     }

@@ -319,11 +319,15 @@ final class SystemdUnits {
 }
 
 /// One task's transient service, from its start to its end.
-final class RunningUnit: ManagedUnit {
+final class RunningUnit: TaskHandle {
     unowned let manager: SystemdUnits
     let unitName: String
     let path: String
     private(set) var mainPID: pid_t?
+    var pid: pid_t? { mainPID }
+    var mechanism: CapMechanism { .systemdUnit }
+    var containment: Containment { .unit(unitName) }
+    var description: String { "systemd unit \(unitName)" }
     var execCode: Int32 = 0
     var execStatus: Int32 = 0
     var seenActive = false
@@ -402,31 +406,34 @@ final class RunningUnit: ManagedUnit {
         onExit(RunningUnit.waitStatus(code: execCode, status: execStatus))
     }
 
-    func kill(_ sig: Int32) {
+    func signal(_ sig: Int32) {
         guard !ended else { return }
         _ = try? manager.call("KillUnit", [.string(unitName), .string("all"), .int32(sig)])
     }
 
-    func setCPUQuota(_ percent: Int?) {
-        guard !ended else { return }
+    func setCap(_ percent: Int?) -> Bool {
+        guard !ended else { return true }
         // µs of CPU time per second; UINT64_MAX is "no quota".
         let perSecond: UInt64 = percent.map { UInt64(max(1, $0)) * 10_000 } ?? UInt64.max
         _ = try? manager.call("SetUnitProperties", [.string(unitName), .bool(true),
                                                    .array(element: "(sv)", [.tuple([.string("CPUQuotaPerSecUSec"), .variant(.uint64(perSecond))])])])
+        return true
     }
 
-    func freeze(_ on: Bool) {
-        guard !ended else { return }
+    /// Through the manager (`FreezeUnit`); where it cannot freeze (cgroup v1, hybrid), SIGSTOP/SIGCONT to the unit.
+    func freeze(_ on: Bool) -> Bool {
+        guard !ended else { return true }
         if !cannotFreeze {
             do {
                 try manager.call(on ? "FreezeUnit" : "ThawUnit", [.string(unitName)])
-                return
+                return true
             } catch {
                 // NotSupported: no cgroup v2 freezer here; anything else: signals will do as well.
                 cannotFreeze = true
             }
         }
-        kill(on ? SIGSTOP : SIGCONT)
+        signal(on ? SIGSTOP : SIGCONT)
+        return true
     }
 
     /// The unit's cgroup v2 directory, found from its main process once it is known (nil on cgroup v1).
@@ -480,6 +487,6 @@ extension Daemon: TaskLauncher {
             return nil
         }
         if let out = s.runOptions.outputPath { OutputFile.noteUnit(out, unit: unit.unitName) }
-        return TaskProcess(unit: unit)
+        return TaskProcess(handle: unit)
     }
 }

@@ -129,34 +129,77 @@ public struct SpawnError: Error, CustomStringConvertible {
     public var exitCode: Int32 { errno == ENOENT && detail == nil ? 127 : 126 }
 }
 
-/// A task's command that a service manager started and holds (bgtaskd's transient systemd units): it is not
-/// this process's child, so everything done to it goes through the manager.
-public protocol ManagedUnit: AnyObject {
-    /// The unit's name (`bgtask-….service`).
-    var unitName: String { get }
-    /// Its main process, once the manager has said (its process group: services start in a session of their own).
-    var mainPID: pid_t? { get }
-    /// A signal to every process of the unit.
-    func kill(_ sig: Int32)
-    /// `CPUQuota=` in percent of one CPU; nil lifts it.
-    func setCPUQuota(_ percent: Int?)
-    /// Freezes or thaws every process of the unit.
-    func freeze(_ on: Bool)
-    /// CPU seconds used by the unit's processes, if known.
+/// A started task as its supervisor acts on it, whatever runs it: a process group this process spawned (with its
+/// cgroups where it could make them: `ProcessGroup`), a transient unit of the user's systemd manager (bgtaskd's
+/// `RunningUnit`), or, in a test, a fake that writes down what was done. `TaskProcess` keeps what was done (the
+/// cap, a pause, the signal duty cycle) and asks the handle for the rest.
+public protocol TaskHandle: AnyObject {
+    /// Its process group, once known (a unit's main process once its manager has said; services start in a
+    /// session of their own); nil while there is none to wait for or to read.
+    var pid: pid_t? { get }
+    var mechanism: CapMechanism { get }
+    /// What the crash-recovery record keeps of it.
+    var containment: Containment { get }
+    /// In words, for the story: "pid 123", "systemd unit bgtask-backup-1.service".
+    var description: String { get }
+    /// A signal to every process of the task.
+    func signal(_ sig: Int32)
+    /// Caps CPU at `percent` of one CPU (nil lifts it); false when the handle has no cap of its own (the
+    /// supervisor then runs the SIGSTOP/SIGCONT duty cycle).
+    @discardableResult func setCap(_ percent: Int?) -> Bool
+    /// Freezes or thaws every process of the task; false when it cannot (SIGSTOP/SIGCONT then).
+    @discardableResult func freeze(_ on: Bool) -> Bool
+    /// CPU seconds used by the task's processes, if known.
     func cpuSeconds() -> Double?
-    /// The run is over: the manager may forget the unit.
+    /// The run is over: what holds it may go (its cgroups, the manager's unit).
     func release()
 }
 
-/// The running command: its process group and what has been done to it.
-public final class TaskProcess {
-    /// Its process group; for a unit, its main process once known, else 0 (never signalled: see `signal`).
-    public var pid: pid_t { unit.map { $0.mainPID ?? 0 } ?? spawnedPID }
-    let spawnedPID: pid_t
-    /// Set when a service manager runs it instead.
-    public let unit: ManagedUnit?
-    public let mechanism: CapMechanism
+/// A command this process spawned in a process group of its own, in cgroups where it could make them.
+public final class ProcessGroup: TaskHandle {
+    let pgid: pid_t
     let cgroups: TaskCgroup?
+    init(pgid: pid_t, cgroups: TaskCgroup?) {
+        self.pgid = pgid
+        self.cgroups = cgroups
+    }
+    public var pid: pid_t? { pgid }
+    public var mechanism: CapMechanism {
+        switch cgroups {
+        case .v2?: return .cgroupV2
+        case .v1?: return .cgroupV1
+        case nil: return .signals
+        }
+    }
+    public var containment: Containment { cgroups?.record ?? .processGroup }
+    public var description: String { "pid \(pgid)" }
+    public func signal(_ sig: Int32) { kill(-pgid, sig) }
+    public func setCap(_ percent: Int?) -> Bool {
+        guard let cg = cgroups else { return false }
+        cg.quota(percent)
+        return true
+    }
+    public func freeze(_ on: Bool) -> Bool {
+        guard let cg = cgroups else { return false }
+        cg.freeze(on)
+        return true
+    }
+    /// CPU seconds used by the group's processes (user + system, children reaped included).
+    public func cpuSeconds() -> Double? {
+        if let cg = cgroups, let ns = cg.usageNanoseconds() { return Double(ns) / 1e9 }
+        return ProcStat.groupCPUSeconds(pgid: pgid)
+    }
+    public func release() { cgroups?.remove() }
+}
+
+/// The running command: the handle it runs under and what has been done to it.
+public final class TaskProcess {
+    public let handle: any TaskHandle
+    /// Its process group; 0 while none is known (a unit whose main process its manager has not said yet).
+    public var pid: pid_t { handle.pid ?? 0 }
+    public var mechanism: CapMechanism { handle.mechanism }
+    /// The transient unit it runs as, if a service manager runs it.
+    public var unitName: String? { handle.containment.unitName }
     public private(set) var paused = false
     public private(set) var cap: Int?
     /// The duty cycle's state, when capping with signals.
@@ -165,6 +208,8 @@ public final class TaskProcess {
     /// really got, since a loaded machine (or a late wake-up of ours) makes an open-loop cycle undershoot.
     var onFraction = 0.0
     var feedback: (wall: Double, cpu: Double)?
+
+    public init(handle: any TaskHandle) { self.handle = handle }
 
     /// The environment a command gets: this process's own, less `dropping` and what `extra` sets, then `extra`.
     public static func environment(adding extra: [String], dropping: Set<String> = []) -> [String] {
@@ -216,46 +261,25 @@ public final class TaskProcess {
         let cg = plan.create(for: pid, name: cgroupName, background: background)
         // A cgroup that could not be made: the layout changed under us, so the next spawn chooses again.
         if cg == nil, plan.usesCgroups { TaskCgroup.Plan.forget() }
-        return TaskProcess(pid: pid, cgroups: cg)
+        return TaskProcess(handle: ProcessGroup(pgid: pid, cgroups: cg))
     }
 
-    /// A command the service manager runs as `unit`.
-    public init(unit: ManagedUnit) {
-        spawnedPID = 0
-        cgroups = nil
-        self.unit = unit
-        mechanism = .systemdUnit
-    }
+    /// What the crash-recovery record keeps of it.
+    public var containment: Containment { handle.containment }
 
-    init(pid: pid_t, cgroups: TaskCgroup?) {
-        spawnedPID = pid
-        unit = nil
-        self.cgroups = cgroups
-        switch cgroups {
-        case .v2?: mechanism = .cgroupV2
-        case .v1?: mechanism = .cgroupV1
-        case nil: mechanism = .signals
-        }
-    }
-
-    /// What the crash-recovery record keeps of its cgroup ("-" for none).
-    public var containment: Containment { unit.map { .unit($0.unitName) } ?? cgroups?.record ?? .processGroup }
-
-    /// Signals the whole process group (the command and what it started), or every process of its unit.
-    public func signal(_ sig: Int32) {
-        if let u = unit { u.kill(sig) } else if spawnedPID > 0 { kill(-spawnedPID, sig) }
-    }
+    /// Signals every process of the task: its process group (the command and what it started), or its unit.
+    public func signal(_ sig: Int32) { handle.signal(sig) }
 
     public func pause() {
         guard !paused else { return }
         paused = true
-        if let u = unit { u.freeze(true) } else if let cg = cgroups { cg.freeze(true) } else { signal(SIGSTOP) }
+        if !handle.freeze(true) { signal(SIGSTOP) }
     }
 
     public func resume() {
         guard paused else { return }
         paused = false
-        if let u = unit { u.freeze(false) } else if let cg = cgroups { cg.freeze(false) } else if !dutyStopped { signal(SIGCONT) }
+        if !handle.freeze(false), !dutyStopped { signal(SIGCONT) }
     }
 
     /// Caps CPU at `percent` of one CPU. With signals, `dutyCycle(now:)` must be called at the times it returns.
@@ -263,14 +287,12 @@ public final class TaskProcess {
         cap = percent
         onFraction = Double(percent) / 100
         feedback = nil
-        cgroups?.quota(percent)
-        unit?.setCPUQuota(percent)
+        handle.setCap(percent)
     }
 
     public func unthrottle() {
         cap = nil
-        cgroups?.quota(nil)
-        unit?.setCPUQuota(nil)
+        handle.setCap(nil)
         if dutyStopped {
             dutyStopped = false
             if !paused { signal(SIGCONT) }
@@ -302,7 +324,7 @@ public final class TaskProcess {
 
     /// Before a signal meant to end it: a stopped process cannot act on SIGTERM.
     public func thawForSignal() {
-        if let u = unit { if paused { u.freeze(false) } } else if let cg = cgroups { cg.freeze(false) } else if paused || dutyStopped { signal(SIGCONT) }
+        if paused || dutyStopped, !handle.freeze(false) { signal(SIGCONT) }
         paused = false
         dutyStopped = false
     }
@@ -310,17 +332,10 @@ public final class TaskProcess {
     /// CPU seconds of every process in a process group (from /proc).
     public static func groupCPUSeconds(pgid: pid_t) -> Double? { ProcStat.groupCPUSeconds(pgid: pgid) }
 
-    /// CPU seconds used by the group's processes (user + system, children reaped included).
-    public func cpuSeconds() -> Double? {
-        if let u = unit { return u.cpuSeconds() }
-        if let cg = cgroups, let ns = cg.usageNanoseconds() { return Double(ns) / 1e9 }
-        return ProcStat.groupCPUSeconds(pgid: pid)
-    }
+    /// CPU seconds used by the task's processes (user + system, children reaped included).
+    public func cpuSeconds() -> Double? { handle.cpuSeconds() }
 
-    public func cleanUp() {
-        cgroups?.remove()
-        unit?.release()
-    }
+    public func cleanUp() { handle.release() }
 }
 
 enum ProcStat {

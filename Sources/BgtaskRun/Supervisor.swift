@@ -419,7 +419,7 @@ public final class Supervisor {
                     state?.started(pgid: p.pid, cgroup: p.containment, runID: options.runID, task: machine.task,
                                    grace: machine.limits.expireGrace)
                     let waited = now - enqueuedAt
-                    let what = p.unit.map { "systemd unit \($0.unitName)" } ?? "pid \(p.pid)"
+                    let what = p.handle.description
                     record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                     say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + " (\(what))")
                     energyRunning = true

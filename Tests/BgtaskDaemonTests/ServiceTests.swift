@@ -13,17 +13,20 @@ import Foundation
 import Testing
 
 /// A task's process as the tests see it: nothing runs; what the supervisor does to it is written down.
-final class FakeUnit: ManagedUnit {
-    let unitName: String
-    var mainPID: pid_t? { nil }
+final class FakeUnit: TaskHandle {
+    let name: String
+    var pid: pid_t? { nil }
+    var mechanism: CapMechanism { .systemdUnit }
+    var containment: Containment { .unit(name) }
+    var description: String { "fake unit \(name)" }
     private(set) var signals: [Int32] = []
     private(set) var caps: [Int?] = []
     private(set) var freezes: [Bool] = []
     private(set) var released = false
-    init(_ name: String) { unitName = name }
-    func kill(_ sig: Int32) { signals.append(sig) }
-    func setCPUQuota(_ percent: Int?) { caps.append(percent) }
-    func freeze(_ on: Bool) { freezes.append(on) }
+    init(_ name: String) { self.name = name }
+    func signal(_ sig: Int32) { signals.append(sig) }
+    func setCap(_ percent: Int?) -> Bool { caps.append(percent); return true }
+    func freeze(_ on: Bool) -> Bool { freezes.append(on); return true }
     func cpuSeconds() -> Double? { 0 }
     func release() { released = true }
 }
@@ -36,7 +39,7 @@ final class FakeLauncher: TaskLauncher {
         let u = FakeUnit("fake-\(s.id).service")
         started[s.id] = u
         self.argv[s.id] = argv
-        return TaskProcess(unit: u)
+        return TaskProcess(handle: u)
     }
 }
 
