@@ -51,8 +51,7 @@ final class CriticalSections: @unchecked Sendable {
 
     func systemBus() -> BusConnection? {
         if let s = system { return s }
-        guard let s = try? BusConnection(system: true) else { return nil }
-        let t = BusThread()
+        guard let s = try? BusConnection(system: true), let t = try? BusThread() else { return nil }
         t.sync {
             for member in ["PrepareForSleep", "PrepareForShutdown"] {
                 s.subscribe(sender: "org.freedesktop.login1", interface: "org.freedesktop.login1.Manager", member: member,

@@ -54,7 +54,10 @@ final class DaemonLink: @unchecked Sendable {
         do { b = try BusConnection(privateSession: true) } catch {
             return .failure(BGTaskScheduler.Error(.unavailable, message: "no session bus: \(error.message)"))
         }
-        let t = BusThread()
+        let t: BusThread
+        do { t = try BusThread() } catch {
+            return .failure(BGTaskScheduler.Error(.unavailable, message: error.message))
+        }
         bus = b
         thread = t
         // Subscribed from the bus thread, so the signals are dispatched there.

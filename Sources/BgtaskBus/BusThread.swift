@@ -19,12 +19,13 @@ public final class BusThread: @unchecked Sendable {
         init(_ action: @escaping () -> Void) { self.action = action }
     }
 
-    public init() {
+    /// Throws when the thread cannot be made (EAGAIN: the process's or the user's thread limit).
+    public init() throws(BusError) {
         context = g_main_context_new()
         loop = g_main_loop_new(context, 0)
         let started = Semaphore()
         let start = Unmanaged.passRetained(StartBox(self, started)).toOpaque()
-        pthread_create(&thread, nil, { arg in
+        let rc = pthread_create(&thread, nil, { arg in
             let b = Unmanaged<StartBox>.fromOpaque(arg!).takeRetainedValue()
             let me = b.owner
             // Signals subscribed from this thread are dispatched to this context.
@@ -34,6 +35,12 @@ public final class BusThread: @unchecked Sendable {
             g_main_context_pop_thread_default(me.context)
             return nil
         }, start)
+        guard rc == 0 else {
+            Unmanaged<StartBox>.fromOpaque(start).release()
+            g_main_loop_unref(loop)
+            g_main_context_unref(context)
+            throw BusError(BusError.failed, "cannot start the bus thread (pthread_create: \(String(cString: strerror(rc))))")
+        }
         started.wait()
     }
 

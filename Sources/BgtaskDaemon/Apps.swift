@@ -35,9 +35,16 @@ struct AppTaskView {
     var total: UInt64 = 0
 }
 
+/// What an app task asks of the app broker (bgtaskd): hand it to its app, tell the app it expires, end the app.
+protocol AppBroker: AnyObject {
+    func deliver(_ t: AppTask, kind: TaskKind) -> String
+    func tellExpire(_ t: AppTask, reason: String)
+    func endApp(_ t: AppTask) -> String
+}
+
 /// The supervisor's stand-in for a process, for a task that runs inside its app.
 final class AppTask: AppTaskHooks {
-    unowned let daemon: Daemon
+    unowned let broker: AppBroker
     let app: String
     let identifier: String
     /// Started but not yet handed to the app (it is being launched, or has not said it is ready).
@@ -48,15 +55,17 @@ final class AppTask: AppTaskHooks {
     var relaunches = 0
     /// bgtaskd ended it after its expiration and grace (counted against the app).
     var endedByUs = false
-    init(daemon: Daemon, app: String, identifier: String) {
-        self.daemon = daemon
+    init(broker: AppBroker, app: String, identifier: String) {
+        self.broker = broker
         self.app = app
         self.identifier = identifier
     }
-    func start(_ s: Supervisor) -> String { daemon.deliver(self, kind: s.machine.task.kind) }
-    func expire(_ s: Supervisor, reason: String) { daemon.tellExpire(self, reason: reason) }
-    func kill(_ s: Supervisor) -> String { endedByUs = true; return daemon.endApp(self) }
+    func start(_ s: Supervisor) -> String { broker.deliver(self, kind: s.machine.task.kind) }
+    func expire(_ s: Supervisor, reason: String) { broker.tellExpire(self, reason: reason) }
+    func kill(_ s: Supervisor) -> String { endedByUs = true; return broker.endApp(self) }
 }
+
+extension Daemon: AppBroker {}
 
 extension Daemon {
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.

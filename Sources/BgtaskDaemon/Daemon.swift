@@ -159,7 +159,13 @@ public final class Daemon {
     /// Running command tasks' output files, kept bounded while written.
     lazy var outputWatch = OutputWatch(loop: loop) { [unowned self] in self.say($0) }
     /// Continued tasks as the person sees them (notifications, KDE's job view).
-    lazy var presenter = Presenter(daemon: self)
+    lazy var presenter = Presenter(Presenter.Host(
+        bus: bus, loop: loop, say: { [unowned self] in self.say($0) }, settings: { [unowned self] in self.policy.settings },
+        cancel: { [unowned self] key, who in _ = self.cancel(key, by: who) },
+        expire: { [unowned self] key, why in
+            self.running[key]?.supervisor.expireNow(now: monotonic(), why: why)
+            self.afterRound(conditionsChanged: false)
+        }))
     /// Why each app task was last expired (shown when it ends).
     var expiredReasons: [String: String] = [:]
     /// The user's systemd manager, where one runs: command tasks are its transient units (nil: bgtaskd's children).
@@ -424,7 +430,7 @@ public final class Daemon {
         s.slot = { [unowned self] _ in self.queue.slot(for: id) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
-        if row.isAppTask { s.app = AppTask(daemon: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
+        if row.isAppTask { s.app = AppTask(broker: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
         else if let l = options.launcher { s.launcher = l }
         else if systemd != nil { s.launcher = self }
         return s

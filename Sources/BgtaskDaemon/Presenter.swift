@@ -3,6 +3,7 @@
 #endif
 import BgtaskBus
 import BgtaskCore
+import BgtaskPolicy
 import BgtaskRun
 
 /// What the person sees of a continued task (Apple's Live Activity): KDE's job view where its server is on
@@ -10,8 +11,20 @@ import BgtaskRun
 /// the user"). Updates go out at most once a second; a stalled task says so, then is expired. All calls are
 /// asynchronous: a slow notification server never holds up the scheduler.
 final class Presenter {
-    unowned let daemon: Daemon
-    var bus: BusConnection { daemon.bus }
+    /// What the presenter asks of bgtaskd: it knows nothing else of the daemon.
+    struct Host {
+        let bus: BusConnection
+        let loop: MainLoop
+        let say: (String) -> Void
+        /// The policy's settings in force (how long a stalled task is shown, then expired).
+        let settings: () -> PolicySettings
+        /// The person pressed Cancel on the task `key`'s surface (`who`: "the user (notification)").
+        let cancel: (_ key: String, _ who: String) -> Void
+        /// The task `key` made no progress for too long: it expires (`why`).
+        let expire: (_ key: String, _ why: String) -> Void
+    }
+    let host: Host
+    var bus: BusConnection { host.bus }
     var shown: [String: Shown] = [:]
     var subscribed = false
     /// After a task completes, its notification stays this long (with the outcome), then is closed.
@@ -57,7 +70,7 @@ final class Presenter {
         }
     }
 
-    init(daemon: Daemon) { self.daemon = daemon }
+    init(_ host: Host) { self.host = host }
 
     func subscribe() {
         guard !subscribed else { return }
@@ -88,8 +101,8 @@ final class Presenter {
             // reach a newer request with the same identifier.
             guard !s.ended, shown[s.key] === s else { return }
             let surface = s.surface == .jobView ? "job view" : "notification"
-            daemon.say("\(s.key): cancelled by the user (\(surface))")
-            _ = daemon.cancel(s.key, by: "the user (\(surface))")
+            host.say("\(s.key): cancelled by the user (\(surface))")
+            host.cancel(s.key, "the user (\(surface))")
         case "continue":
             s.watch.keepGoing(now: monotonic())
             s.stalledShown = false
@@ -105,7 +118,7 @@ final class Presenter {
     /// A continued task was handed to its app.
     func show(key: String, appID: String, appName: String, title: String, subtitle: String) {
         subscribe()
-        let settings = daemon.policy.settings
+        let settings = host.settings()
         let s = Shown(key: key, appID: appID, appName: appName, title: title, subtitle: subtitle,
                       watch: ProgressWatch(start: monotonic(), stalledAfter: settings.number("run.progress_stalled"),
                                            expireAfter: settings.number("run.progress_expire")))
@@ -118,7 +131,7 @@ final class Presenter {
                 guard let self, let s else { return }
                 s.inFlight = false
                 if case .success(let v) = r, let path = v.first?.string { s.jobPath = path; self.update(s, force: true) }
-                else { self.daemon.say("\(key): KDE's job view refused the job; progress shown only by bgtask tasks") }
+                else { self.host.say("\(key): KDE's job view refused the job; progress shown only by bgtask tasks") }
             }
         } else if bus.hasOwner(Presenter.notifications.name) {
             s.surface = .notification
@@ -134,7 +147,7 @@ final class Presenter {
                 self.update(s, force: true)
             }
         } else {
-            daemon.say("\(key): no notification server or job view on the session bus; progress is shown by bgtask tasks only")
+            host.say("\(key): no notification server or job view on the session bus; progress is shown by bgtask tasks only")
         }
         scheduleCheck(s)
     }
@@ -169,7 +182,7 @@ final class Presenter {
             shown[key] = nil
         case .notification:
             send(s, body: success ? "Done" : "Stopped: \(detail)", actions: [], timeoutMs: Int32(Presenter.linger * 1000))
-            daemon.loop.after(Presenter.linger) { [weak self] in self?.close(key) }
+            host.loop.after(Presenter.linger) { [weak self] in self?.close(key) }
         case .none:
             shown[key] = nil
         }
@@ -187,7 +200,7 @@ final class Presenter {
         let now = monotonic()
         guard s.checkAt == nil, let next = s.watch.nextCheck(now: now) else { return }
         s.checkAt = next
-        daemon.loop.after(max(0, next - now)) { [weak self, weak s] in
+        host.loop.after(max(0, next - now)) { [weak self, weak s] in
             guard let self, let s, !s.ended else { return }
             s.checkAt = nil
             self.check(s)
@@ -202,13 +215,12 @@ final class Presenter {
         case .stalled:
             if !s.stalledShown {
                 s.stalledShown = true
-                daemon.say("\(s.key): no progress for \(Durations.describe(now - s.watch.lastChange)); shown as stalled")
+                host.say("\(s.key): no progress for \(Durations.describe(now - s.watch.lastChange)); shown as stalled")
                 update(s, force: true)
             }
         case .expire(let since):
-            daemon.say("\(s.key): no progress for \(Durations.describe(now - since)); expiring it")
-            daemon.running[s.key]?.supervisor.expireNow(now: now, why: "no progress for \(Durations.describe(now - since)) (run.progress_expire)")
-            daemon.afterRound(conditionsChanged: false)
+            host.say("\(s.key): no progress for \(Durations.describe(now - since)); expiring it")
+            host.expire(s.key, "no progress for \(Durations.describe(now - since)) (run.progress_expire)")
             return
         }
         scheduleCheck(s)
@@ -224,7 +236,7 @@ final class Presenter {
             case .sendNow: break
             case .alreadyScheduled: return
             case .sendAt(let t):
-                daemon.loop.after(max(0, t - monotonic())) { [weak self, weak s] in
+                host.loop.after(max(0, t - monotonic())) { [weak self, weak s] in
                     guard let self, let s, !s.ended else { return }
                     s.throttle.sent(now: monotonic())
                     self.push(s)
@@ -277,7 +289,7 @@ final class Presenter {
             s.inFlight = false
             switch r {
             case .success(let v): if let id = v.first?.number { s.notificationID = UInt32(id) }
-            case .failure(let e): self.daemon.say("\(s.key): the notification server refused it: \(e.message)")
+            case .failure(let e): self.host.say("\(s.key): the notification server refused it: \(e.message)")
             }
             if s.dirty, !s.ended { s.dirty = false; self.update(s) }
         }

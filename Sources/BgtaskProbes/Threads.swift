@@ -5,7 +5,9 @@ import CLinux
 
 /// A detached OS thread: the udev/netlink poll loop and the GLib main loop each need one of their own,
 /// since libudev and GLib objects are bound to the thread that uses them.
-public func startThread(_ body: @escaping @Sendable () -> Void) {
+/// Throws when the thread cannot be made (EAGAIN: the process's or the user's thread limit).
+public func startThread(_ body: @escaping @Sendable () -> Void) throws(SystemError) {
+    // Unchecked: it holds only a @Sendable closure, handed once to the new thread.
     final class Box: @unchecked Sendable { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
     let ctx = Unmanaged.passRetained(Box(body)).toOpaque()
     var tid = pthread_t()
@@ -14,17 +16,22 @@ public func startThread(_ body: @escaping @Sendable () -> Void) {
         box.body()
         return nil
     }, ctx)
-    precondition(rc == 0, "pthread_create failed: \(rc)")
+    guard rc == 0 else {
+        Unmanaged<Box>.fromOpaque(ctx).release()
+        throw SystemError("pthread_create", path: "", errno: rc)
+    }
     pthread_detach(tid)
 }
 
 /// A pipe whose read end is polled to wake a thread from another one.
+/// Unchecked: its descriptors never change; writing and reading them are system calls, safe from any thread.
 public final class WakePipe: @unchecked Sendable {
     public let readFD: Int32
     let writeFD: Int32
-    public init() {
+    /// Throws when no pipe can be made (EMFILE, ENFILE).
+    public init() throws(SystemError) {
         var fds: [Int32] = [0, 0]
-        precondition(bgt_pipe(&fds) == 0, "pipe2 failed")
+        guard bgt_pipe(&fds) == 0 else { throw SystemError("pipe2", path: "", errno: errno) }
         readFD = fds[0]; writeFD = fds[1]
     }
     deinit { close(readFD); close(writeFD) }

@@ -42,23 +42,29 @@ public enum ConditionWatcher {
     /// Starts watching; `deliver` gets every update on the watcher thread until it returns false or
     /// the handle is stopped. `finished` runs once when the watcher ends.
     @discardableResult
+    /// Throws when its pipe or threads cannot be made (a process at its descriptor or thread limit).
     public static func start(_ options: WatchOptions = .init(),
                              deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
-                             finished: @escaping @Sendable () -> Void = {}) -> WatchHandle {
-        let engine = WatchEngine(options: options, deliver: deliver, finished: finished)
-        engine.start()
+                             finished: @escaping @Sendable () -> Void = {}) throws(SystemError) -> WatchHandle {
+        let engine = WatchEngine(options: options, wake: try WakePipe(), deliver: deliver, finished: finished)
+        try engine.start()
         return WatchHandle(engine: engine)
     }
 
     /// `finished` runs once the watcher has stopped (after the consumer stops iterating, or on its own).
     public static func updates(_ options: WatchOptions = .init(),
-                               finished: @escaping @Sendable () -> Void = {}) -> AsyncStream<ConditionUpdate> {
-        AsyncStream(bufferingPolicy: .unbounded) { continuation in
-            let handle = start(options, deliver: { update in
-                if case .terminated = continuation.yield(update) { return false }
-                return true
-            }, finished: { continuation.finish(); finished() })
-            continuation.onTermination = { _ in handle.stop() }
+                               finished: @escaping @Sendable () -> Void = {}) -> AsyncThrowingStream<ConditionUpdate, any Error> {
+        AsyncThrowingStream(bufferingPolicy: .unbounded) { continuation in
+            do {
+                let handle = try start(options, deliver: { update in
+                    if case .terminated = continuation.yield(update) { return false }
+                    return true
+                }, finished: { continuation.finish(); finished() })
+                continuation.onTermination = { _ in handle.stop() }
+            } catch {
+                continuation.finish(throwing: error)
+                finished()
+            }
         }
     }
 }
@@ -80,7 +86,7 @@ final class WatchEngine: @unchecked Sendable {
     let options: WatchOptions
     let deliver: @Sendable (ConditionUpdate) -> Bool
     let finished: @Sendable () -> Void
-    let wake = WakePipe()
+    let wake: WakePipe
     let stopped = Atomic<Bool>(false)
     /// Written by the GLib thread, read by the poll thread.
     let dbus: Mutex<(readings: DBusReadings?, dirty: Bool)> = Mutex((nil, false))
@@ -95,9 +101,10 @@ final class WatchEngine: @unchecked Sendable {
     let glibSide = Mutex<(context: Int, side: Int)>((0, 0))
     var probe: ProbeOptions { probeBox.withLock { $0 } }
 
-    init(options: WatchOptions, deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
+    init(options: WatchOptions, wake: WakePipe, deliver: @escaping @Sendable (ConditionUpdate) -> Bool,
          finished: @escaping @Sendable () -> Void) {
         self.options = options
+        self.wake = wake
         self.deliver = deliver
         self.finished = finished
         thermalInterval = Atomic(options.thermalIntervalMs ?? -1)
@@ -124,13 +131,16 @@ final class WatchEngine: @unchecked Sendable {
         if thermalInterval.exchange(new, ordering: .sequentiallyConsistent) != new { wake.wake() }
     }
 
-    func start() {
+    func start() throws(SystemError) {
         if options.probe.useDBus {
-            startThread { [self] in GLibSide(engine: self).run() }
+            try startThread { [self] in GLibSide(engine: self).run() }
         } else {
             dbus.withLock { $0 = (.notConsulted(options.probe.noDBusReason), true) }
         }
-        startThread { [self] in pollLoop() }
+        do { try startThread { [self] in pollLoop() } } catch {
+            stop()   // the GLib side, if it started, ends
+            throw error
+        }
     }
 
     func stop() {

@@ -12,7 +12,7 @@ import Synchronization
 /// supervisor asked for. Nothing polls: with nothing due, the loop sleeps until an event.
 public final class EventLoop {
     let sigfd: Int32
-    let wake = WakePipe()
+    let wake: WakePipe
     /// The newest snapshot, written by the watcher's thread (a class box: a Mutex cannot be shared by copy).
     final class Latest: Sendable { let value = Mutex<ConditionSnapshot?>(nil) }
     let latest = Latest()
@@ -42,14 +42,20 @@ public final class EventLoop {
         sigfd = fd
         thermalMinimumMs = watch?.thermalIntervalMs
         thermalAsked = watch?.thermalIntervalMs
-        let latest = self.latest, wake = self.wake
-        handle = watch.map { w in
-            ConditionWatcher.start(w, deliver: { u in
-                let snap = u.snapshot
-                latest.value.withLock { $0 = snap }
-                wake.wake()
-                return true
-            })
+        do {
+            wake = try WakePipe()
+            let latest = self.latest, wake = self.wake
+            handle = try watch.map { w throws(SystemError) in
+                try ConditionWatcher.start(w, deliver: { u in
+                    let snap = u.snapshot
+                    latest.value.withLock { $0 = snap }
+                    wake.wake()
+                    return true
+                })
+            }
+        } catch {
+            if fd >= 0 { close(fd) }
+            throw SetupError(description: "cannot start watching the conditions: \(error)")
         }
     }
 

@@ -63,14 +63,18 @@ extension Bgtask {
             for s in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&ending, s) }
             pthread_sigmask(SIG_BLOCK, &ending, nil)
             let endingSet = ending
-            startThread {
-                var set = endingSet, sig: Int32 = 0
-                guard sigwait(&set, &sig) == 0 else { return }
-                printer.stop()
-                fflush(nil)
-                _exit(128 + sig)   // as a shell reports a signal's end; no atexit work under running threads
+            do {
+                try startThread {
+                    var set = endingSet, sig: Int32 = 0
+                    guard sigwait(&set, &sig) == 0 else { return }
+                    printer.stop()
+                    fflush(nil)
+                    _exit(128 + sig)   // as a shell reports a signal's end; no atexit work under running threads
+                }
+                _ = try ConditionWatcher.start(options, deliver: printer.print, finished: { done.signal() })
+            } catch {
+                DaemonClient.fail("cannot watch: \(error)", ExitStatus.tempFail)
             }
-            ConditionWatcher.start(options, deliver: printer.print, finished: { done.signal() })
             done.wait()
             printer.stop()
             if let f = recordFile { fclose(f) }

@@ -176,7 +176,7 @@ struct WatcherStreamTests {
         defer { tree.remove() }
         var first: ConditionUpdate?
         let ended = DispatchSemaphore(value: 0)
-        for await u in ConditionWatcher.updates(WatchOptions(probe: tree.options(), thermalIntervalMs: nil), finished: { ended.signal() }) {
+        for try await u in ConditionWatcher.updates(WatchOptions(probe: tree.options(), thermalIntervalMs: nil), finished: { ended.signal() }) {
             first = u
             break
         }
