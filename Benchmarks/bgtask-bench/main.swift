@@ -555,6 +555,28 @@ if want("9") {
     }
     row("bgtaskd `GetStatus` round trip (the bus floor, same daemon)", floor, unit: "ms", key: "GetStatus floor")
     value("bgtaskd RSS, 1,050 pending", rssMB(daemon.process.processIdentifier), unit: "MB", goal: "≤ 20 MB")
+    // `bgtask submit` as a process (replacing requests: the queue stays at 1,050), beside `at` as a process (atd's
+    // queue, the Unix peer; it writes its job whether atd runs or not), alternating, same run. Their jobs are removed.
+    if FileManager.default.isExecutableFile(atPath: "/usr/bin/at") {
+        var submits: [Double] = [], ats: [Double] = []
+        for i in 0..<50 {
+            let t0 = now()
+            let (s, _, e) = try Child.run(Child.bgtaskPath, ["submit", "--id", "rtt-\(i % 50)", "--requires-external-power", "--", "true"],
+                                          environment: env, deadline: 30)
+            guard s == 0 else { fatalError("bgtask submit: \(e)") }
+            submits.append(Double(now() - t0) / 1_000_000)
+            let t1 = now()
+            let (a, out, ae) = try Child.run("/usr/bin/at", ["-f", "/dev/null", "now", "+", "1", "hour"], environment: env, deadline: 30)
+            guard a == 0 else { fatalError("at: \(out) \(ae)") }
+            ats.append(Double(now() - t1) / 1_000_000)
+            // "job N at …" on stderr: removed at once.
+            if let r = ae.range(of: "job "), let job = ae[r.upperBound...].split(separator: " ").first {
+                _ = try? Child.run("/usr/bin/atrm", [String(job)], environment: env, deadline: 30)
+            }
+        }
+        row("`bgtask submit` process (bgtaskd with 1,050 pending)", submits, unit: "ms", peer: "at process", goal: "≤ 2× `at`")
+        row("`at -f /dev/null now + 1 hour` process", ats, unit: "ms", key: "at process")
+    }
     idleRow("idle bgtaskd wake-ups per minute (1,050 tasks waiting for power, a zone)", daemon)
 
     // 10,000 persisted: written straight into the queue while the daemon is stopped, then a cold start.

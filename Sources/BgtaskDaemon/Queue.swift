@@ -1,0 +1,112 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskAudit
+import BgtaskBus
+import BgtaskProtocol
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProbes
+import BgtaskQueue
+import BgtaskRun
+@preconcurrency import CLinux
+
+/// The queue's entries: taking up the stored queue at start, adding, waking and resting tasks, and the supervisor
+/// of each.
+extension Daemon {
+    /// Takes up stored requests 500 at a time, each slice after what the bus has queued. A call that reads or
+    /// changes the queue takes up the rest first (`restoreAll`), so no caller sees a partial queue.
+    func restoreSlice(schedulingNext: Bool = true) {
+        if restoring == nil {
+            let n = (try? store.count(state: "pending")) ?? 0
+            if n > 0 { say("\(n) pending in the queue") }
+            restoring = (nil, n == 0)
+        }
+        guard let r = restoring, !r.done else { return }
+        // A page of the stored queue read through its index: a slice costs the same whatever the queue holds, so the
+        // first call is answered after one slice at most.
+        let rows = (try? store.page(state: "pending", after: r.after, limit: 500)) ?? []
+        // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
+        let shared = evaluator()
+        for row in rows where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
+        restoring = (rows.last.map { ($0.submitted, $0.id) } ?? r.after, rows.count < 500)
+        if restoring!.done {
+            if schedulingNext { afterRound(conditionsChanged: false) }
+        } else if schedulingNext {
+            loop.after(0) { [unowned self] in self.restoreSlice() }
+        }
+    }
+
+    /// The whole stored queue, taken up now.
+    func restoreAll() {
+        while restoring?.done != true { restoreSlice(schedulingNext: false) }
+    }
+
+    /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
+    @discardableResult
+    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
+        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
+        queue.add(Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil, submitted: row.submitted), e)
+        if let c = conditions, let shared = evaluator ?? self.evaluator() {
+            e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
+            rest(e)
+        }
+        return e
+    }
+
+    /// A resting task's supervisor again, with the holds and decision it rested on (nothing is said or recorded
+    /// anew: its story goes on).
+    @discardableResult
+    func wake(_ e: Entry) -> Supervisor {
+        if let s = e.awake { return s }
+        let s = supervisor(for: e.row, restored: true)
+        e.wake(s)
+        queue.unrest(e.row.id)
+        return s
+    }
+
+    /// The supervisor of a stored request.
+    func supervisor(for row: QueuedTask, restored: Bool) -> Supervisor {
+        let wall = wallClockNow(), mono = monotonic()
+        sequence += 1
+        var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
+        o.budget = row.budget
+        o.cpuMonitor = !row.requiresExternalPower
+        // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
+        o.runID = row.runID ?? "\(row.id)-d\(getpid())-\(Int(wall))-\(sequence)"
+        o.earliest = row.earliest.map { mono + ($0 - wall) }
+        o.workingDirectory = row.directory
+        o.outputPath = row.isAppTask ? nil : outputPath(row.id)
+        o.pauseExpires = row.isAppTask
+        o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
+        if !row.isAppTask { o.runToken = RunProcesses.newToken(sequence: sequence) }
+        o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
+        o.quiet = options.quiet
+        let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, journal: journal, runID: o.runID), state: nil,
+                           enqueuedAt: mono - max(0, wall - row.submitted))
+        s.speaker = "bgtaskd"
+        s.quietFirstWait = restored
+        let id = row.id
+        // One run of an id at a time: a request submitted while it runs waits for that run's end (even a finished
+        // one, until the round has taken it out of `running`), never starts beside it.
+        s.slot = { [unowned self] _ in self.queue.slot(for: id) }
+        s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
+        if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
+        if row.isAppTask { s.app = AppTask(broker: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
+        else if let l = options.launcher { s.launcher = l }
+        else if systemd != nil { s.launcher = self }
+        return s
+    }
+
+    static func newRunID(_ id: String) -> String {
+        RunID.make(task: id, pid: getpid(), now: wallClockNow(), random: RunID.randomBits())
+    }
+
+    /// Lets a waiting task's supervisor go if it may rest (see `Entry.sleepIfIdle`).
+    func rest(_ e: Entry) {
+        guard let v = e.sleepIfIdle() else { return }
+        queue.rest(e.row.id, verdict: v)
+        newlyResting = true
+    }
+}
