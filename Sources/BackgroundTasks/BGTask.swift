@@ -1,6 +1,7 @@
 import Foundation
 
 /// A task the scheduler launched: handed to the launch handler registered for its identifier.
+/// Unchecked: its expiration handler and completion are read and written under `lock`; the rest is constant.
 open class BGTask: NSObject, @unchecked Sendable {
     /// The identifier the launch handler was registered for.
     public let identifier: String
@@ -58,6 +59,8 @@ open class BGProcessingTask: BGTask, @unchecked Sendable {}
 
 /// A continued task: the person sees `title`, `subtitle` and `progress` (a notification or KDE's job view,
 /// with Cancel). Report progress: a task whose progress stalls is shown as stalled, then expired.
+/// Unchecked: its title and subtitle are read and written under the task's `lock`; `progress` is Foundation's
+/// Progress, which is thread-safe.
 open class BGContinuedProcessingTask: BGTask, ProgressReporting, @unchecked Sendable {
     var _title: String
     var _subtitle: String

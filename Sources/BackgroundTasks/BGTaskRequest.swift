@@ -2,6 +2,8 @@ import Foundation
 
 /// A request to launch the app in the background (Apple's abstract `BGTaskRequest`): use one of the three
 /// subclasses.
+/// Unchecked, as Apple's classes are declared to Swift (Apple-shaped code hands requests across queues): the one
+/// mutable property, `earliestBeginDate`, is set before `submit`, which reads it once.
 open class BGTaskRequest: NSObject, @unchecked Sendable {
     /// The task's identifier: one of the app manifest's `permitted_identifiers` (exactly, or under a
     /// `prefix.*` entry), as Info.plist's `BGTaskSchedulerPermittedIdentifiers` on iOS.

@@ -4,6 +4,7 @@ import Foundation
 /// scheduler on the session bus), submits its requests, and runs its handlers when the daemon launches
 /// them. An app needs a manifest (`bgtask/apps/APP-ID.toml`) naming its permitted identifiers, as Info.plist
 /// does on iOS; see docs/porting.md.
+/// Unchecked: its one property is a constant `DaemonLink`, whose state is behind its lock.
 public final class BGTaskScheduler: NSObject, @unchecked Sendable {
     /// The scheduler of this process.
     public static let shared = BGTaskScheduler()
@@ -56,6 +57,7 @@ public final class BGTaskScheduler: NSObject, @unchecked Sendable {
     /// The app's pending requests, on a background queue.
     public func getPendingTaskRequests(completionHandler: @escaping ([BGTaskRequest]) -> Void) {
         let link = self.link
+        // The app's handler (Apple's is not @Sendable): called once, on the queue below.
         nonisolated(unsafe) let handler = completionHandler
         BGTaskScheduler.pendingQueue.async { handler(link.pending()) }
     }

@@ -33,9 +33,11 @@ extension BGTaskScheduler {
 }
 
 /// The sections of this process, their lock descriptors, and logind's signals.
+/// Unchecked: `sections`, `next`, `system` and `thread` are read and written under `lock`.
 final class CriticalSections: @unchecked Sendable {
     static let shared = CriticalSections()
 
+    /// Unchecked: the app's expiration closure (not @Sendable, as Apple's), called once on `handlerQueue`.
     struct Section: @unchecked Sendable {
         /// Its delay locks (sleep and shutdown, each taken on its own).
         let fds: [Int32]

@@ -4,6 +4,7 @@ import Foundation
 
 /// The library's side of the app methods (docs/protocol.md): one private session-bus connection, a thread
 /// of its own where `Launch` and `Expire` arrive, the handlers, and the tasks running in this process.
+/// Unchecked: every `var` below is read and written under `lock`; the queues and the lock are constant.
 final class DaemonLink: @unchecked Sendable {
     /// Handlers are the app's closures: called on its queue, as Apple's are (not required to be Sendable).
     struct Registration: @unchecked Sendable {
@@ -237,6 +238,7 @@ final class DaemonLink: @unchecked Sendable {
             task.setTaskCompleted(success: false)
             return
         }
+        // The app's expiration handler (not @Sendable, as Apple's): taken once, called once on expirationQueue.
         nonisolated(unsafe) let h = handler
         expirationQueue.async { h() }
     }

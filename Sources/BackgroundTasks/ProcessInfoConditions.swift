@@ -8,7 +8,7 @@ import Foundation
 // their trip points (thermal.state) and power-profiles-daemon's power-saver (system.power_saver).
 extension ProcessInfo {
     /// Apple's thermal states, from bgtask's `thermal.state`.
-    public enum ThermalState: Int, @unchecked Sendable {
+    public enum ThermalState: Int, Sendable {
         case nominal, fair, serious, critical
     }
 
@@ -29,6 +29,7 @@ extension Notification.Name {
 
 /// The values ProcessInfo reads: asked of bgtaskd once (`GetConditions`), then kept by its `ConditionsChanged`
 /// signal, which also posts the notifications. No timer: bgtaskd says when they change.
+/// Unchecked: `values` and `failedAt` are read and written under `lock`.
 final class SystemConditions: @unchecked Sendable {
     static let shared = SystemConditions()
     struct Values: Equatable { var thermal: ProcessInfo.ThermalState = .nominal; var lowPower = false }

@@ -66,6 +66,8 @@ public struct AuditError: Error, CustomStringConvertible {
 /// mode with full sync, so what was written survives the process being killed. Bounded: entries older
 /// than `retentionDays` and any beyond `maxEntries` are deleted when a run starts. A `task` table keeps
 /// each task's latest entry, so `why` and `log` read what they show, not the whole history.
+/// Unchecked: GRDB's DatabaseQueue serialises the database; `runID`, `batching` and the buffer belong to the one
+/// thread that records (bgtaskd's loop, `bgtask run`'s), as bgtask uses it.
 public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue

@@ -150,6 +150,9 @@ public struct BusError: Error, CustomStringConvertible, Equatable {
 }
 
 /// One connection to a message bus (the session bus, or the address given).
+/// Unchecked: calls and emits go through the GDBusConnection, which is thread-safe; `subscribe` and `onClosed`
+/// change Swift-side lists, so each connection's are made from one thread (bgtaskd's loop; the library's only
+/// inside its BusThread's `sync`).
 public final class BusConnection: @unchecked Sendable {
     public let raw: OpaquePointer
 

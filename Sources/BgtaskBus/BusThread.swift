@@ -6,6 +6,8 @@ import CGio
 /// A thread of its own running a GLib main loop on a private context: where a library inside an app
 /// receives its signals and runs its timers, whatever the app's own main thread does (a GTK loop,
 /// `dispatchMain()`, or nothing). It sleeps until a message or a timer arrives — no polling.
+/// Unchecked: `timers` is read and written under `lock`; `thread` is set in `init` only; the context and the loop
+/// are GLib's, which may be attached to, woken and quit from any thread.
 public final class BusThread: @unchecked Sendable {
     let context: OpaquePointer
     let loop: OpaquePointer
@@ -109,7 +111,7 @@ public final class BusThread: @unchecked Sendable {
     }
 }
 
-/// A POSIX mutex (BgtaskBus does not import Foundation).
+/// A POSIX mutex (BgtaskBus does not import Foundation). Unchecked: it is the synchronisation itself.
 public final class BusLock: @unchecked Sendable {
     var m = pthread_mutex_t()
     public init() { pthread_mutex_init(&m, nil) }
@@ -121,7 +123,8 @@ public final class BusLock: @unchecked Sendable {
     }
 }
 
-/// A counting semaphore over a mutex and a condition variable.
+/// A counting semaphore over a mutex and a condition variable. Unchecked: its count is read and written only
+/// under its mutex.
 final class Semaphore: @unchecked Sendable {
     var m = pthread_mutex_t()
     var c = pthread_cond_t()

@@ -43,6 +43,20 @@ public enum TaskPhase: Sendable, Equatable {
         }
     }
 
+    /// Its one word (and cap), as bgtaskd's TaskChanged and ListRunning say it and the crash record keeps it.
+    public var state: String {
+        switch self {
+        case .waiting: return "pending"
+        case .running(let cap?): return "throttled \(cap)%"
+        case .running(nil): return "running"
+        case .paused: return "paused"
+        case .expiring: return "expiring"
+        case .finished: return "finished"
+        case .gaveUp: return "gave up"
+        }
+    }
+
+    /// In words, with the detail a person reads (`status`, `log`).
     public var name: String {
         switch self {
         case .waiting: return "waiting"

@@ -320,7 +320,7 @@ public final class Daemon {
             if !e.row.isAppTask, s.taskProcess?.unitName == nil { outputWatch.watch(outputPath(id)) }
             bus.emit(.taskChanged, [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
-            bus.emit(.taskChanged, [.string(id), .string(stateName(s))])
+            bus.emit(.taskChanged, [.string(id), .string(s.machine.phase.state)])
         default:
             break
         }
@@ -342,17 +342,6 @@ public final class Daemon {
         return nil
     }
 
-    func stateName(_ s: Supervisor) -> String {
-        switch s.machine.phase {
-        case .waiting: return "pending"
-        case .running(let cap?): return "throttled \(cap)%"
-        case .running(nil): return "running"
-        case .paused: return "paused"
-        case .expiring: return "expiring"
-        case .finished: return "finished"
-        case .gaveUp: return "gave up"
-        }
-    }
 
     /// What a call does once its reply has gone (messages and signals the caller does not wait for).
     var afterReply: [() -> Void] = []

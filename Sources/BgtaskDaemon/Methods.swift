@@ -300,7 +300,7 @@ extension Daemon {
         let mono = monotonic()
         return running.values.sorted { $0.row.id < $1.row.id }.filter { !$0.supervisor.isDone }.map { e in
             let s = e.supervisor
-            var t = RunningTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, state: stateName(s), command: e.row.command)
+            var t = RunningTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, state: s.machine.phase.state, command: e.row.command)
             t.pid = s.pid.map { UInt32($0) }
             if let started = s.startedAt {
                 let runtime = max(0, mono - started)

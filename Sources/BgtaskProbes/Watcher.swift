@@ -82,6 +82,8 @@ public struct WatchHandle: Sendable {
     public func setThermalInterval(ms: Int32?) { engine.setThermalInterval(ms: ms) }
 }
 
+/// Unchecked: what other threads change is behind a Mutex or an Atomic (`dbus`, `glibLoop`, `thermalInterval`,
+/// `probeBox`, `probeChanged`, `glibSide`, `stopped`); everything else is set in `init` and only read.
 final class WatchEngine: @unchecked Sendable {
     let options: WatchOptions
     let deliver: @Sendable (ConditionUpdate) -> Bool

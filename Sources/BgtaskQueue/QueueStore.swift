@@ -158,6 +158,7 @@ public struct QueueError: Error, CustomStringConvertible {
 
 /// The daemon's queue in SQLite (`queue.sqlite` in the state directory; WAL, full sync): what survives a
 /// restart, a crash and a reboot. Only bgtaskd writes it; one daemon per user holds its lock.
+/// Unchecked: its only state is GRDB's DatabaseQueue, which serialises every access.
 public final class QueueStore: @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue

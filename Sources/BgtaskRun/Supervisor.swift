@@ -181,18 +181,9 @@ public final class Supervisor {
         if !options.quiet { fputs(Terminal.safe("\(speaker): \(options.task.id): \(s)") + "\n", stderr) }
     }
 
-    func stateName() -> String {
-        switch machine.phase {
-        case .paused: return "paused"
-        case .running(let cap?): return "throttled \(cap)"
-        case .expiring: return "expiring"
-        default: return "running"
-        }
-    }
-
     func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil, energy withEnergy: Bool = false) {
         // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
-        if process != nil, kind != .finished { state?.update(state: stateName(), task: machine.task) }
+        if process != nil, kind != .finished { state?.update(state: machine.phase.state, task: machine.task) }
         var event = RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
                              conditions: conditions ?? [:], exitStatus: status)
         if withEnergy {

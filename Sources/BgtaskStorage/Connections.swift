@@ -12,6 +12,7 @@ import GRDB
 /// and the closed queue — a few hundred bytes, no file — is kept until the process exits.
 public enum Connections {
     private static let lock = NSLock()
+    /// Read and written only under `lock`.
     nonisolated(unsafe) private static var kept: [DatabaseQueue] = []
 
     /// A queue on `path`, kept for the life of the process.

@@ -16,6 +16,7 @@ extension PolicyLayers {
 
 /// `--task 'kind=processing,requires_external_power=true,cpu_heavy'`.
 enum TaskSpec {
+    /// A constant table (unsafe only because a WritableKeyPath is not Sendable): never written.
     nonisolated(unsafe) static let flags: [String: WritableKeyPath<TaskFields, Bool>] = [
         "requires_external_power": \.requiresExternalPower, "requires_network": \.requiresNetwork,
         "requires_unmetered": \.requiresUnmetered, "cpu_heavy": \.cpuHeavy, "user_initiated": \.userInitiated,

@@ -75,7 +75,8 @@ extension Bgtask {
         }
 
         /// The command after `--`, taken before ArgumentParser sees it (see `Bgtask.main`): parsing
-        /// 100,000 arguments through it is quadratic; a command line is passed on as it is.
+        /// 100,000 arguments through it is quadratic; a command line is passed on as it is. Written once by `main`
+        /// before any command runs or any thread exists, read after.
         nonisolated(unsafe) static var fullCommand: [String]?
     }
 }

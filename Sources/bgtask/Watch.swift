@@ -82,7 +82,8 @@ extension Bgtask {
     }
 }
 
-/// Prints on the watcher thread; counts lines for --count.
+/// Prints on the watcher thread; counts lines for --count. Unchecked: every line, and `printed`, is written
+/// under `stopped`'s lock; the rest is set in `init`.
 final class LinePrinter: @unchecked Sendable {
     let json: Bool
     let record: UnsafeMutablePointer<FILE>?
