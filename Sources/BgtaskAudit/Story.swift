@@ -3,6 +3,7 @@
 #endif
 import BgtaskCore
 import BgtaskJSON
+import BgtaskPolicy
 
 /// A run's audit entries told in plain words: what it waited for and which rule (file:line) said so,
 /// when it started and what had changed, each throttle, pause and resume, and how it ended.
@@ -28,16 +29,6 @@ public enum Story {
 
     public static func clock(_ t: Double) -> String { clockText(t) }
 
-    public static func human(_ seconds: Double) -> String {
-        var s = Int(seconds.rounded())
-        if s < 60 { return "\(s) s" }
-        let h = s / 3600
-        s %= 3600
-        let m = s / 60
-        if h == 0 { return "\(m) min" + (s % 60 > 0 && m < 10 ? " \(s % 60) s" : "") }
-        return "\(h) h" + (m > 0 ? " \(m) min" : "")
-    }
-
     static func show(_ v: JSONValue) -> String {
         if case .string(let s) = v { return s }
         return v.rendered
@@ -61,7 +52,7 @@ public enum Story {
                 if !reasons.contains(r) { reasons.append(r) }
             case "started":
                 if !reasons.isEmpty {
-                    out.append(waited(task, "waited \(human(e.time - first.time))", reasons))
+                    out.append(waited(task, "waited \(formatDuration(e.time - first.time, .words))", reasons))
                     reasons = []
                 }
                 var line = "Started \(at)"
@@ -88,12 +79,12 @@ public enum Story {
             case "killed": out.append("Killed at \(at) (\(e.detail)).")
             case "signalled": out.append("At \(at): \(e.detail).")
             case "gave-up":
-                if !reasons.isEmpty { out.append(waited(task, "waited \(human(e.time - first.time))", reasons)) }
+                if !reasons.isEmpty { out.append(waited(task, "waited \(formatDuration(e.time - first.time, .words))", reasons)) }
                 reasons = []
                 out.append("Gave up at \(at) (\(e.detail)).")
             case "failed": out.append("Could not start at \(at): \(e.detail).")
             case "lost":
-                if !reasons.isEmpty { out.append(waited(task, "waited \(human(e.time - first.time))", reasons)) }
+                if !reasons.isEmpty { out.append(waited(task, "waited \(formatDuration(e.time - first.time, .words))", reasons)) }
                 reasons = []
                 out.append("At \(at) its supervisor was found gone: \(e.detail).")
             case "recovered": out.append("Recovery at \(at) \(e.detail).")
@@ -105,7 +96,7 @@ public enum Story {
             }
         }
         if !reasons.isEmpty {
-            out.append(waited(task, "has waited \(human(wallClockNow() - first.time)) so far", reasons))
+            out.append(waited(task, "has waited \(formatDuration(wallClockNow() - first.time, .words)) so far", reasons))
         }
         return out.joined(separator: "\n")
     }

@@ -113,16 +113,7 @@ public enum PolicyLayers {
         return out
     }
 
-    static func entries(_ dir: String) -> [String] {
-        guard let d = opendir(dir) else { return [] }
-        defer { closedir(d) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-            if name != ".", name != ".." { names.append(name) }
-        }
-        return names.sorted()
-    }
+    static func entries(_ dir: String) -> [String] { FileIO.names(dir) ?? [] }
 
     static func listTOML(_ dir: String) -> [String] {
         entries(dir).filter { $0.hasSuffix(".toml") && !$0.hasPrefix(".") }.map { dir + "/" + $0 }

@@ -1,3 +1,5 @@
+import BgtaskPolicy
+
 /// What a continued task's progress says over time (pure; the daemon feeds it the clock). Apple: "tasks that
 /// do not report any progress will be expired", and slow progress first asks the person. Here: no change of
 /// progress for `stalledAfter` shows the task as stalled; for `expireAfter`, it expires.
@@ -102,7 +104,7 @@ public enum ProgressText {
         } else {
             lines.append("starting…")
         }
-        if let s = stalledFor { lines.append("No progress for \(Durations.describe(s)) — it will be stopped unless it moves") }
+        if let s = stalledFor { lines.append("No progress for \(formatDuration(s, .words)) — it will be stopped unless it moves") }
         return lines.joined(separator: "\n")
     }
 
@@ -123,12 +125,4 @@ public enum ProgressText {
     }
 }
 
-/// Short human durations for messages ("45 s", "3 min", "2 h").
-public enum Durations {
-    public static func describe(_ seconds: Double) -> String {
-        let s = max(0, seconds)
-        if s < 90 { return "\(Int(s.rounded())) s" }
-        if s < 5400 { return "\(Int((s / 60).rounded())) min" }
-        return "\(Int((s / 3600).rounded())) h"
-    }
-}
+

@@ -79,13 +79,7 @@ extension Daemon {
 
     /// Whether a render node exists and this user can open it (`supportedResources` contains `.gpu`).
     var gpuUsable: Bool {
-        guard let d = opendir("/sys/class/drm") else { return false }
-        defer { closedir(d) }
-        while let e = readdir(d) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-            if name.hasPrefix("renderD"), access("/dev/dri/" + name, R_OK | W_OK) == 0 { return true }
-        }
-        return false
+        (FileIO.names("/sys/class/drm") ?? []).contains { $0.hasPrefix("renderD") && access("/dev/dri/" + $0, R_OK | W_OK) == 0 }
     }
 
     /// Who is calling for `claimed`: a Flatpak app is who its sandbox says, and a caller in a sandbox that names

@@ -3,6 +3,7 @@
 #endif
 import BgtaskBus
 import BgtaskConfig
+import BgtaskProbes
 
 /// Watches the directories the policy layers and the app manifests live in, including ones that do not exist
 /// yet: a fresh account has no `~/.config/bgtask`, so the nearest existing ancestor is watched for the next
@@ -48,14 +49,8 @@ final class ConfigWatch {
     static func fingerprint(_ dirs: [String]) -> [String] {
         var out: [String] = []
         for dir in dirs where dir.hasPrefix("/") {
-            guard let d = opendir(dir) else { out.append(dir + ": -"); continue }
-            defer { closedir(d) }
-            var names: [String] = []
-            while let e = readdir(d) {
-                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if name != "." && name != ".." { names.append(name) }
-            }
-            for name in names.sorted() {
+            guard let names = FileIO.names(dir) else { out.append(dir + ": -"); continue }
+            for name in names {
                 var st = stat()
                 guard lstat(dir + "/" + name, &st) == 0 else { continue }
                 out.append("\(dir)/\(name) \(st.st_ino) \(st.st_size) \(st.st_ctim.tv_sec).\(st.st_ctim.tv_nsec)")

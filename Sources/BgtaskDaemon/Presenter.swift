@@ -215,12 +215,12 @@ final class Presenter {
         case .stalled:
             if !s.stalledShown {
                 s.stalledShown = true
-                host.say("\(s.key): no progress for \(Durations.describe(now - s.watch.lastChange)); shown as stalled")
+                host.say("\(s.key): no progress for \(formatDuration(now - s.watch.lastChange, .words)); shown as stalled")
                 update(s, force: true)
             }
         case .expire(let since):
-            host.say("\(s.key): no progress for \(Durations.describe(now - since)); expiring it")
-            host.expire(s.key, "no progress for \(Durations.describe(now - since)) (run.progress_expire)")
+            host.say("\(s.key): no progress for \(formatDuration(now - since, .words)); expiring it")
+            host.expire(s.key, "no progress for \(formatDuration(now - since, .words)) (run.progress_expire)")
             return
         }
         scheduleCheck(s)

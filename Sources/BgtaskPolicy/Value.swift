@@ -37,9 +37,23 @@ func formatNumber(_ n: Double) -> String {
 /// loses meaning and formatting could trap.
 public let maxDuration: Double = 3650 * 86_400
 
-public func formatDuration(_ seconds: Double) -> String {
+/// How a duration is written: `compact` as the policy language and the command line write it ("1h30m", "250ms"),
+/// `words` for sentences a person reads ("45 s", "3 min 5 s", "2 h 10 min": two units at most).
+public enum DurationStyle: Sendable { case compact, words }
+
+/// The one duration formatter.
+public func formatDuration(_ seconds: Double, _ style: DurationStyle = .compact) -> String {
     // Durations are bounded where they are read (maxDuration); this keeps a message from trapping regardless.
     guard seconds.isFinite, abs(seconds) < 1e15 else { return "\(seconds)s" }
+    if style == .words {
+        var s = max(0, Int(seconds.rounded()))
+        if s < 60 { return "\(s) s" }
+        let h = s / 3600
+        s %= 3600
+        let m = s / 60
+        if h == 0 { return "\(m) min" + (s % 60 > 0 && m < 10 ? " \(s % 60) s" : "") }
+        return "\(h) h" + (m > 0 ? " \(m) min" : "")
+    }
     if seconds < 1 && seconds > 0 { return "\(Int((seconds * 1000).rounded()))ms" }
     var s = Int(seconds.rounded())
     if s == 0 { return "0s" }

@@ -165,14 +165,17 @@ public enum FileIO {
     }
 
     /// Entry names of a directory (no "." or ".."), sorted; empty when it cannot be listed.
-    static func list(_ path: String) -> [String] {
-        guard let dir = opendir(path) else { return [] }
+    static func list(_ path: String) -> [String] { names(path) ?? [] }
+
+    /// Entry names of a directory (no "." or ".."), sorted; nil when it cannot be opened. `directoriesOnly`: the
+    /// entries the directory says are directories (d_type). The one readdir loop of the project.
+    public static func names(_ path: String, directoriesOnly: Bool = false) -> [String]? {
+        guard let dir = opendir(path) else { return nil }
         defer { closedir(dir) }
         var names: [String] = []
         while let ent = readdir(dir) {
-            let name = withUnsafePointer(to: ent.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
+            if directoriesOnly, ent.pointee.d_type != UInt8(DT_DIR) { continue }
+            let name = withUnsafeBytes(of: ent.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             if name != "." && name != ".." { names.append(name) }
         }
         return names.sorted()

@@ -343,12 +343,10 @@ enum ProcStat {
 
     /// Sums utime+stime+cutime+cstime of every process whose process group is `pgid`.
     static func groupCPUSeconds(pgid: pid_t) -> Double? {
-        guard let dir = opendir("/proc") else { return nil }
-        defer { closedir(dir) }
+        guard let names = FileIO.names("/proc") else { return nil }
         var total = 0.0
         var found = false
-        while let e = readdir(dir) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+        for name in names {
             guard let pid = Int32(name), let stat = read("/proc/\(pid)/stat"),
                   let close = stat.lastIndex(of: ")") else { continue }
             // Fields after the command name: state ppid pgrp ... utime(14) stime(15) cutime(16) cstime(17).

@@ -39,16 +39,10 @@ public enum Recovery {
             if access(dir, F_OK) == 0 { notes.append("crash-recovery records not read: \(error)") }
             return ([], notes)
         }
-        guard let d = opendir(dir) else { return ([], notes) }
-        var names: [String] = []
-        while let e = readdir(d) {
-            let n = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
-            if n != "." && n != ".." { names.append(n) }
-        }
-        closedir(d)
+        guard let names = FileIO.names(dir) else { return ([], notes) }
         let boot = ProcInfo.bootID()
         var orphans: [Orphan] = []
-        for n in names.sorted() {
+        for n in names {
             var path = dir + "/" + n
             // `<pid>.rec`; `<pid>.rec.tmp` while being written; `<pid>.rec.<claimer>.claim` while a recoverer works on it.
             let parts = n.split(separator: ".").map(String.init)
@@ -174,13 +168,7 @@ public enum Recovery {
         var dirs = [v1Root + "/cpu/bgtask", v1Root + "/freezer/bgtask"]
         if let b = v2Base { dirs.append(b) }
         for dir in dirs {
-            guard let d = opendir(dir) else { continue }
-            var names: [String] = []
-            while let e = readdir(d) {
-                if e.pointee.d_type != UInt8(DT_DIR) { continue }
-                names.append(withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } })
-            }
-            closedir(d)
+            guard let names = FileIO.names(dir, directoriesOnly: true) else { continue }
             // In the v2 delegated cgroup, only bgtask's own (`bgtask-…`); v1's `bgtask/` directory is all ours.
             for n in names where validName(n) && (dir.hasSuffix("/bgtask") || n.hasPrefix("bgtask-")) {
                 guard let dash = n.lastIndex(of: "-"), let pid = pid_t(n[n.index(after: dash)...]), pid != getpid(), !isAlive(pid) else { continue }

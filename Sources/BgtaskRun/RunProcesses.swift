@@ -23,13 +23,11 @@ public enum RunProcesses {
 
     /// This user's processes whose environment carries `token` (`/proc/PID/environ`, read only for our own).
     public static func find(_ token: String, proc: String = "/proc") -> [pid_t] {
-        guard !token.isEmpty, let dir = opendir(proc) else { return [] }
-        defer { closedir(dir) }
+        guard !token.isEmpty, let names = FileIO.names(proc) else { return [] }
         let needle = Array("\(variable)=\(token)".utf8) + [0]
         let me = getpid(), uid = geteuid()
         var found: [pid_t] = []
-        while let e = readdir(dir) {
-            let name = withUnsafePointer(to: e.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+        for name in names {
             guard let pid = pid_t(name), pid != me else { continue }
             var st = stat()
             guard stat("\(proc)/\(pid)", &st) == 0, st.st_uid == uid else { continue }

@@ -184,7 +184,7 @@ struct ContinuedTaskTimeTests {
         #expect(ProgressText.body(subtitle: "3 of 7 files", completed: 3, total: 7) == "3 of 7 files\n42 % · 3 of 7")
         #expect(ProgressText.body(subtitle: nil, completed: 0, total: 0) == "starting…")
         #expect(ProgressText.percent(completed: 250, total: 100) == 100)
-        #expect(ProgressText.body(subtitle: "", completed: 1, total: 2, stalledFor: 75).contains("No progress for 75 s"))
+        #expect(ProgressText.body(subtitle: "", completed: 1, total: 2, stalledFor: 75).contains("No progress for 1 min 15 s"))
     }
 
     @Test("an app's words in a body for a markup-reading server stay words: & < > are escaped, the rest is kept")
