@@ -136,7 +136,7 @@ extension Daemon {
             }
             do { try AppManifests.setEnabled(app, on) } catch { return .failure(SchedulerError.unavailable("the switch cannot be written: \(error)")) }
             disabledApps = AppManifests.disabled()
-            if !on { for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "bgtask apps disable") } }
+            if !on { for id in pending.keys.sorted() where queue.job(id)?.app == app { _ = cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
             return .success([])
         default:
@@ -176,10 +176,10 @@ extension Daemon {
             _ = cancel(appKey(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
             return .success([])
         case .appCancelAll:
-            for id in pending.keys.sorted() where pending[id]?.row.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
+            for id in pending.keys.sorted() where queue.job(id)?.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
         case .appPending:
-            let mine = listPending(allPending.filter { $0.row.app == app }).map { t -> [String: BusValue] in
+            let mine = listPending(allPending.filter { queue.job($0.id)?.app == app }).map { t -> [String: BusValue] in
                 var a = AppPendingTask(identifier: identifierOf(t.id, app: app), kind: t.kind, earliest: t.earliest,
                                        requiresNetwork: t.requiresNetwork, requiresExternalPower: t.requiresExternalPower,
                                        reason: t.reason, rule: t.rule, location: t.location)
@@ -417,7 +417,7 @@ extension Daemon {
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
-        for (id, e) in pending where e.row.app == app && e.row.kind == .continued {
+        for (id, e) in pending where queue.job(id)?.app == app && queue.job(id)?.fields.kind == .continued {
             _ = cancel(id, by: "bgtaskd: \(app) \(why)")
         }
         afterRound(conditionsChanged: false)

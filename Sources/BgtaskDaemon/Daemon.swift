@@ -243,7 +243,7 @@ public final class Daemon {
 
     /// Waiting entries among `ids`, in submission order (the order in which waiting work may take a free slot).
     func inOrder<S: Sequence>(_ ids: S) -> [Entry] where S.Element == String {
-        ids.compactMap { pending[$0] }.sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
+        ids.compactMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id) } }.sorted().compactMap { pending[$0.id] }
     }
     /// Every pending entry, resting or not, in submission order.
     var allPending: [Entry] { queue.waitingInOrder().ids.compactMap { pending[$0] } }
@@ -286,7 +286,7 @@ public final class Daemon {
         queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
         // Resting classes whose fast verdict has not changed stay at rest; the rest is decided in full.
-        _ = queue.wake { shared.verdict($0) }
+        holdRows(queue.wake { shared.verdict($0) })
         for e in Array(running.values) + inOrder(queue.awake) {
             wake(e).conditionsChanged(c, now: now, shared: shared)
             if e.row.state != "running" { rest(e) }
@@ -443,7 +443,7 @@ public final class Daemon {
         events.setProbeOptions(probe)
         // Waiting work is supervised again under the new policy; running work keeps the policy it started under.
         let shared = evaluator()
-        for e in allPending { add(e.row, restored: true, evaluator: shared) }
+        superviseAllAgain(evaluator: shared)
         // Which files are in force now: for the journal reader, and for a test to know it sees its own file's reload.
         let files = "policy reloaded: " + sources.map(\.name).joined(separator: ", ")
         say(files)

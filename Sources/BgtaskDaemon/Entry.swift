@@ -16,31 +16,60 @@ import BgtaskRun
 /// supervisor knew. A waiting task that only a change of conditions can start (waiting for the charger, say)
 /// rests: its supervisor is let go and the scheduler asks the fast verdict of its class on each change
 /// (`Scheduler.wake`); when that verdict changes, a new supervisor takes up its holds and decision and decides in
-/// full (`Daemon.wake`). 10,000 tasks waiting for power then cost a row each, and one verdict per class.
+/// full (`Daemon.wake`). A resting task's row is let go too: the queue in SQLite holds it, and it is read back
+/// when the task wakes or is listed. 10,000 tasks waiting for power then cost an id, a rest and the scheduler's
+/// indexes each, and one verdict per class.
 final class Entry {
-    var row: QueuedTask
+    let id: String
+    /// Its row while it is awake or runs (nil while it rests: `row` reads it back).
+    private var held: QueuedTask?
+    private unowned let store: QueueStore
     private(set) var awake: Supervisor?
     private(set) var rest: Supervisor.Rest?
-    init(row: QueuedTask, supervisor: Supervisor) {
-        self.row = row
+    init(row: QueuedTask, supervisor: Supervisor, store: QueueStore) {
+        id = row.id
+        held = row
+        self.store = store
         awake = supervisor
     }
+
+    /// Its stored request: the one held while it is awake, else the queue's (a resting task's was written before it
+    /// rested). A row gone from the file under us leaves a placeholder that starts nothing (its command is empty).
+    var row: QueuedTask {
+        get {
+            if let r = held { return r }
+            return (try? store.get(id, state: "pending")) ?? QueuedTask(id: id, kind: .processing, argv: [], submitted: 0)
+        }
+        set { held = newValue }
+    }
+
+    /// Its row if it holds one (awake or running), without reading the queue.
+    var heldRow: QueuedTask? { held }
+
+    /// Holds `r` as its row (read in a batch by the caller, for tasks waking together).
+    func hold(_ r: QueuedTask) { if held == nil, r.id == id { held = r } }
 
     /// Its supervisor: running tasks always have one, waiting ones once woken (`Daemon.wake`).
     var supervisor: Supervisor { awake! }
     var isResting: Bool { awake == nil }
 
-    /// Lets the supervisor go if it may rest (see `Supervisor.rest`); the run id goes into the row, as a new
-    /// supervisor must carry on the same story.
+    /// Lets the supervisor and the row go if it may rest (see `Supervisor.rest`). The run id must be the stored
+    /// row's, as a new supervisor must carry on the same story: written first if the row had none.
     func sleepIfIdle() -> Verdict? {
-        guard let s = awake, let r = s.rest else { return nil }
-        row.runID = s.runOptions.runID
+        guard let s = awake, let r = s.rest, var row = held else { return nil }
+        if row.runID != s.runOptions.runID {
+            row.runID = s.runOptions.runID
+            // Not written: it keeps its row, and rests next time.
+            guard (try? store.put(row)) != nil else { held = row; return nil }
+        }
         rest = r
         awake = nil
+        held = nil
         return r.verdict
     }
 
     func wake(_ s: Supervisor) {
+        if held == nil { held = row }
         if let r = rest { s.resume(r) }
         rest = nil
         awake = s
@@ -66,6 +95,9 @@ final class TaskObserver: RunObserver {
         var e = event
         if e.runID == nil { e.runID = runID }
         audit.record(e, task: task)
+        // A run's end is on disk before it is said: `why` right after "finished" tells it (the rest of a round's
+        // entries are written together at its end).
+        if e.kind == .finished || e.kind == .gaveUp { audit.flush() }
         journal.send(e, task: task, runID: e.runID ?? runID)
     }
 }

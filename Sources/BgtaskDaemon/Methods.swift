@@ -95,7 +95,7 @@ extension Daemon {
             }
             let page = queue.waitingInOrder(after: after, limit: Int(limit))
             let tasks = listPending(page.ids.compactMap { pending[$0] })
-            let next = page.more ? page.ids.last.flatMap { id in pending[id].map { Scheduler<Entry>.Position(submitted: $0.row.submitted, id: id).cursor } } ?? "" : ""
+            let next = page.more ? page.ids.last.flatMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id).cursor } } ?? "" : ""
             return .success([.dicts(tasks.map(\.variant)), .string(next)])
         case .listRunning:
             return .success([.dicts(listRunning().map(\.variant))])
@@ -218,21 +218,21 @@ extension Daemon {
 
     /// The caller's own pending requests: the command tasks (an app's go with `AppCancelAll` or `apps disable`).
     func cancelAll() -> Int {
-        let ids = pending.keys.sorted().filter { pending[$0]?.row.isAppTask == false }
+        let ids = pending.keys.sorted().filter { queue.job($0).map { $0.app == nil } ?? false }
         for id in ids { _ = cancel(id, by: "bgtask cancel --all") }
         return ids.count
     }
 
     /// When a task waiting for the charger, the person's absence or the network will likely start, from the
     /// machine's own history; nil when it waits for none of them. Each reading's estimate is made once a call.
-    func likelyStart(_ e: Entry, wall: Double, cache: inout [String: StartEstimate.Outcome]) -> (at: Double?, text: String)? {
+    func likelyStart(_ row: QueuedTask, wall: Double, cache: inout [String: StartEstimate.Outcome]) -> (at: Double?, text: String)? {
         let r = readings ?? [:]
         var waits: [(name: String, what: String, future: String)] = []
-        if e.row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
-        if e.row.kind == .processing && !e.row.userInitiated && r["user.idle"] == .bool(false) {
+        if row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
+        if row.kind == .processing && !row.userInitiated && r["user.idle"] == .bool(false) {
             waits.append(("user.idle", "you stepped away", "you step away"))
         }
-        if e.row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
+        if row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
         guard !waits.isEmpty else { return nil }
         var latest: (StartEstimate.Estimate, String)?
         for w in waits {
@@ -254,20 +254,26 @@ extension Daemon {
         return (est.at, StartEstimate.text(est, what: what, now: wall))
     }
 
-    /// What `entries` wait for (those that wait), as `ListPending` tells it.
+    /// What `entries` wait for (those that wait), as `ListPending` tells it. Resting tasks' rows are read from the
+    /// queue in one batch for the call, and not kept.
     func listPending(_ entries: [Entry]) -> [PendingTask] {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
-        return entries.filter(\.isWaiting).map { e in
-            var t = PendingTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, command: e.row.command, submitted: e.row.submitted,
+        let waiting = entries.filter(\.isWaiting)
+        let resting = waiting.filter { $0.heldRow == nil }.map(\.id)
+        var read: [String: QueuedTask] = [:]
+        for r in (try? store.rows(ids: resting, state: "pending")) ?? [] { read[r.id] = r }
+        return waiting.map { e in
+            let row = e.heldRow ?? read[e.id] ?? e.row
+            var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: row.command, submitted: row.submitted,
                                 reason: e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason,
-                                requiresExternalPower: e.row.requiresExternalPower, requiresNetwork: e.row.requiresNetwork,
-                                requiresUnmetered: e.row.requiresUnmetered, cpuHeavy: e.row.cpuHeavy, userInitiated: e.row.userInitiated,
-                                failures: UInt32(e.row.failures), retry: UInt32(e.row.retry), unmet: unmet(e, now, wall: wall),
+                                requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
+                                requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
+                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet(e, row, now, wall: wall),
                                 rule: e.waitingRule?.id, location: e.waitingRule?.location,
-                                earliest: e.row.earliest, every: e.row.every, calendar: e.row.calendar, window: e.row.window)
-            if let l = likelyStart(e, wall: wall, cache: &estimates) {
+                                earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
+            if let l = likelyStart(row, wall: wall, cache: &estimates) {
                 t.likely = l.text
                 t.likelyStart = l.at
             }
@@ -280,16 +286,16 @@ extension Daemon {
     /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
     /// constraints"): each rule in effect that is not run or throttle (held ones with when they let go), its
     /// earliest begin date, and a full slot.
-    func unmet(_ e: Entry, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
+    func unmet(_ e: Entry, _ row: QueuedTask, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
         var out: [[String: BusValue]] = []
         // A resting task's last decision is its rest's (shared by the tasks alike): no decision made per task listed.
-        let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(e.row.fields).matches ?? []
+        let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(row.fields).matches ?? []
         for m in matches where m.verdict != .run && m.verdict != .throttle {
             out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),
                         "reason": .string(m.reason)])
         }
-        if let t = e.row.earliest, t > wall {
-            let why = e.row.calendar.map { "its calendar event '\($0)'" } ?? (e.row.every != nil ? "its next period" : "its earliest begin date")
+        if let t = row.earliest, t > wall {
+            let why = row.calendar.map { "its calendar event '\($0)'" } ?? (row.every != nil ? "its next period" : "its earliest begin date")
             out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
         }
         if case .noSlot(let why)? = e.awake?.machine.startBlock { out.append(["what": .string("slot"), "reason": .string(why)]) }

@@ -103,7 +103,7 @@ extension Daemon {
             } else {
                 self.say("resumed from \(what): the queue is looked at anew")
                 // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
-                for e in self.allPending { self.add(e.row, restored: true) }
+                self.superviseAllAgain(evaluator: self.evaluator())
                 self.deliver(now: monotonic())
                 self.afterRound(conditionsChanged: true)
             }

@@ -298,6 +298,20 @@ public final class QueueStore: @unchecked Sendable {
         }
     }
 
+    /// The requests in `state` of the given ids (those that are there), read 500 at a time.
+    public func rows(ids: [String], state: String) throws -> [QueuedTask] {
+        var out: [QueuedTask] = []
+        var i = 0
+        while i < ids.count {
+            let chunk = Array(ids[i..<min(ids.count, i + 500)])
+            try db.read { db in
+                out += try QueuedTask.filter(Column("state") == state && chunk.contains(Column("id"))).fetchAll(db)
+            }
+            i += 500
+        }
+        return out
+    }
+
     /// How many requests are in `state`.
     public func count(state: String) throws -> Int {
         try db.read { try QueuedTask.filter(Column("state") == state).fetchCount($0) }

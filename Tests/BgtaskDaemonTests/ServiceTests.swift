@@ -168,7 +168,11 @@ struct ServiceTests {
         let waiting = try d.pending()
         #expect(waiting.map(\.id) == ["backup"])
         #expect(waiting.first?.rule == "processing.needs-power" && waiting.first?.reason.contains("external power") == true, "\(waiting)")
+        #expect(waiting.first?.command == ["restic", "backup"], "a resting task is listed from its stored row")
         #expect(d.launcher.started.isEmpty)
+        // Only the charger can start it: it rests, and its row is the queue's alone.
+        let entry = try #require(d.daemon.pending["backup"])
+        #expect(entry.isResting && entry.heldRow == nil && d.daemon.queue.isResting("backup"))
 
         d.conditions(Self.charger)
         let unit = try #require(d.launcher.started["backup"], "not started on the charger")
