@@ -21,14 +21,19 @@ import BgtaskRun
 /// indexes each, and one verdict per class.
 final class Entry {
     let id: String
-    /// Its row while it is awake or runs (nil while it rests: `row` reads it back).
-    private var held: QueuedTask?
+    /// Its row while it is awake or runs (nil while it rests: `row` reads it back). Boxed: an optional row stored
+    /// inline would keep its whole size in every resting entry.
+    private final class Held {
+        var row: QueuedTask
+        init(_ row: QueuedTask) { self.row = row }
+    }
+    private var held: Held?
     private unowned let store: QueueStore
     private(set) var awake: Supervisor?
     private(set) var rest: Supervisor.Rest?
     init(row: QueuedTask, supervisor: Supervisor, store: QueueStore) {
         id = row.id
-        held = row
+        held = Held(row)
         self.store = store
         awake = supervisor
     }
@@ -37,31 +42,28 @@ final class Entry {
     /// rested). A row gone from the file under us leaves a placeholder that starts nothing (its command is empty).
     var row: QueuedTask {
         get {
-            if let r = held { return r }
+            if let h = held { return h.row }
             return (try? store.get(id, state: "pending")) ?? QueuedTask(id: id, kind: .processing, argv: [], submitted: 0)
         }
-        set { held = newValue }
+        set {
+            if let h = held { h.row = newValue } else { held = Held(newValue) }
+        }
     }
 
     /// Its row if it holds one (awake or running), without reading the queue.
-    var heldRow: QueuedTask? { held }
+    var heldRow: QueuedTask? { held?.row }
 
     /// Holds `r` as its row (read in a batch by the caller, for tasks waking together).
-    func hold(_ r: QueuedTask) { if held == nil, r.id == id { held = r } }
+    func hold(_ r: QueuedTask) { if held == nil, r.id == id { held = Held(r) } }
 
     /// Its supervisor: running tasks always have one, waiting ones once woken (`Daemon.wake`).
     var supervisor: Supervisor { awake! }
     var isResting: Bool { awake == nil }
 
-    /// Lets the supervisor and the row go if it may rest (see `Supervisor.rest`). The run id must be the stored
-    /// row's, as a new supervisor must carry on the same story: written first if the row had none.
+    /// Lets the supervisor and the row go if it may rest (see `Supervisor.rest`). A new supervisor carries on the
+    /// same story: its run id is the stored row's, or made from the row alone (`Daemon.runID(of:)`).
     func sleepIfIdle() -> Verdict? {
-        guard let s = awake, let r = s.rest, var row = held else { return nil }
-        if row.runID != s.runOptions.runID {
-            row.runID = s.runOptions.runID
-            // Not written: it keeps its row, and rests next time.
-            guard (try? store.put(row)) != nil else { held = row; return nil }
-        }
+        guard let s = awake, let r = s.rest else { return nil }
         rest = r
         awake = nil
         held = nil
@@ -69,7 +71,7 @@ final class Entry {
     }
 
     func wake(_ s: Supervisor) {
-        if held == nil { held = row }
+        if held == nil { held = Held(row) }
         if let r = rest { s.resume(r) }
         rest = nil
         awake = s

@@ -86,6 +86,12 @@ extension Daemon {
         return s
     }
 
+    /// A request's run id: the one it was stored with, or, for a row stored without one (an older bgtask's), one
+    /// made from the row alone — the same each time the task is supervised anew, so its story stays one.
+    static func runID(of row: QueuedTask) -> String {
+        row.runID ?? "\(row.id)-r\(String(row.submitted.bitPattern, radix: 36))"
+    }
+
     /// The supervisor of a stored request.
     func supervisor(for row: QueuedTask, restored: Bool) -> Supervisor {
         let wall = wallClockNow(), mono = monotonic()
@@ -94,7 +100,7 @@ extension Daemon {
         o.budget = row.budget
         o.cpuMonitor = !row.requiresExternalPower
         // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
-        o.runID = row.runID ?? "\(row.id)-d\(getpid())-\(Int(wall))-\(sequence)"
+        o.runID = Daemon.runID(of: row)
         o.earliest = row.earliest.map { mono + ($0 - wall) }
         o.workingDirectory = row.directory
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
