@@ -162,7 +162,7 @@ extension Daemon {
             if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
             c.ready = true
             for e in running.values where e.row.app == app {
-                if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.row.id): \(deliver(t, kind: e.row.kind))") }
+                if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.id): \(deliver(t, kind: e.row.kind))") }
             }
             return .success([])
         case .appSubmit:
@@ -203,7 +203,7 @@ extension Daemon {
             // The library had nothing to run it with (a handler registered too late): said as the library's, not
             // as "completed by the app, unsuccessfully", which the app never did.
             let why = Terminal.safe(String(reason.prefix(512)))
-            say("\(e.row.id): not handled by \(app): \(why)")
+            say("\(e.id): not handled by \(app): \(why)")
             e.supervisor.appCompleted(success: false, detail: "not handled: \(why)")
             return .success([])
         case .appComplete:
@@ -212,21 +212,21 @@ extension Daemon {
                 return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not running"))
             }
             // In time: before bgtaskd ended it (a completion after that has already been counted against the app).
-            if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.row.id) }
+            if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.id) }
             e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
-            views[e.row.id] = nil
+            views[e.id] = nil
             return .success([])
         case .appProgress:
             guard let identifier = str(1), call.args.count == 4, let done = call.args[2]?.number, let total = call.args[3]?.number else {
                 return bad("AppProgress takes (s app_id, s identifier, t completed, t total)")
             }
             guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
-            var v = views[e.row.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
+            var v = views[e.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
             v.completed = UInt64(max(0, min(done, 1e18)))
             v.total = UInt64(max(0, min(total, 1e18)))
-            views[e.row.id] = v
-            bus.emit(.taskProgress, [.string(e.row.id), .uint64(v.completed), .uint64(v.total)])
-            presenter.progress(key: e.row.id, completed: v.completed, total: v.total)
+            views[e.id] = v
+            bus.emit(.taskProgress, [.string(e.id), .uint64(v.completed), .uint64(v.total)])
+            presenter.progress(key: e.id, completed: v.completed, total: v.total)
             return .success([])
         case .appUpdateTitle:
             guard let identifier = str(1), let title = str(2), let subtitle = str(3) else {
@@ -234,11 +234,11 @@ extension Daemon {
             }
             guard title.utf8.count <= 1024, subtitle.utf8.count <= 1024 else { return bad("a title or subtitle is over 1024 bytes") }
             guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
-            var v = views[e.row.id] ?? AppTaskView()
+            var v = views[e.id] ?? AppTaskView()
             v.title = title
             v.subtitle = subtitle
-            views[e.row.id] = v
-            presenter.retitle(key: e.row.id, title: title, subtitle: subtitle)
+            views[e.id] = v
+            presenter.retitle(key: e.id, title: title, subtitle: subtitle)
             return .success([])
         default:
             return .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
@@ -412,7 +412,7 @@ extension Daemon {
                 // exiting right after it scheduled the work): the app is launched for it, as iOS would.
                 if t.delivered { t.relaunches += 1 }
                 t.delivered = false
-                say("\(e.row.id): \(app) \(why) before handling it; \(deliver(t, kind: e.row.kind))")
+                say("\(e.id): \(app) \(why) before handling it; \(deliver(t, kind: e.row.kind))")
                 continue
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")

@@ -304,9 +304,9 @@ extension Daemon {
 
     func listRunning() -> [RunningTask] {
         let mono = monotonic()
-        return running.values.sorted { $0.row.id < $1.row.id }.filter { !$0.supervisor.isDone }.map { e in
+        return running.values.sorted { $0.id < $1.id }.filter { !$0.supervisor.isDone }.map { e in
             let s = e.supervisor
-            var t = RunningTask(id: e.row.id, app: e.row.app, kind: e.row.kind.rawValue, state: s.machine.phase.state, command: e.row.command)
+            var t = RunningTask(id: e.id, app: e.row.app, kind: e.row.kind.rawValue, state: s.machine.phase.state, command: e.row.command)
             t.pid = s.pid.map { UInt32($0) }
             if let started = s.startedAt {
                 let runtime = max(0, mono - started)
@@ -315,7 +315,7 @@ extension Daemon {
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
             }
             if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }
-            if let v = views[e.row.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+            if let v = views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
                 t.title = v.title
                 t.subtitle = v.subtitle
                 if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }

@@ -82,7 +82,7 @@ extension Daemon {
         e.hold(row)
         let s = supervisor(for: row, restored: true)
         e.wake(s)
-        queue.unrest(e.row.id)
+        queue.unrest(e.id)
         return s
     }
 
@@ -132,7 +132,7 @@ extension Daemon {
     /// Lets a waiting task's supervisor go if it may rest (see `Entry.sleepIfIdle`).
     func rest(_ e: Entry) {
         guard let v = e.sleepIfIdle() else { return }
-        queue.rest(e.row.id, verdict: v)
+        queue.rest(e.id, verdict: v)
         newlyResting = true
     }
 }

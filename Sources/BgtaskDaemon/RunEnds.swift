@@ -30,15 +30,15 @@ extension Daemon {
             return
         }
         // Units included: a manager that crashed leaves its units' processes running.
-        if let token = s.runOptions.runToken { endLeftovers(of: e.row.id, token: token) }
+        if let token = s.runOptions.runToken { endLeftovers(of: e.id, token: token) }
         if e.row.isAppTask {
             if e.row.kind == .continued {
-                presenter.finish(key: e.row.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.row.id) ?? "not completed")
+                presenter.finish(key: e.id, success: status == 0, detail: expiredReasons.removeValue(forKey: e.id) ?? "not completed")
             }
-            views[e.row.id] = nil
-            endLaunchedAppIfIdle(e.row.app, except: e.row.id)
+            views[e.id] = nil
+            endLaunchedAppIfIdle(e.row.app, except: e.id)
         }
-        if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.row.id)) }
+        if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.id)) }
         let wasRunning = e.row.state == "running"
         let request = RunEnd.Request(kind: e.row.kind, retry: e.row.retry, failures: e.row.failures, calendar: e.row.calendar,
                                      every: e.row.every, anchor: e.row.anchor, submitted: e.row.submitted, started: e.row.started)
@@ -49,21 +49,21 @@ extension Daemon {
             r.failures = attempt
             r.earliest = notBefore
             next = r
-            say("\(e.row.id): failed (status \(status)); retry \(attempt) of \(r.retry) not before \(untilText(notBefore))")
+            say("\(e.id): failed (status \(status)); retry \(attempt) of \(r.retry) not before \(untilText(notBefore))")
         case .waitAgain(let rule):
             next = r
-            say("\(e.row.id): ended by rule \(rule); queued again, to run when its conditions hold")
+            say("\(e.id): ended by rule \(rule); queued again, to run when its conditions hold")
         case .calendar(let at), .period(let at):
             r.failures = 0
             r.earliest = at
             next = r
         case .calendarEnded(let reason):
-            say("\(e.row.id): \(reason); not queued again")
+            say("\(e.id): \(reason); not queued again")
         case .done, .tryAgain:
             break
         }
         do {
-            if wasRunning { try store.remove(e.row.id, state: "running") } else { try store.remove(e.row.id, state: "pending") }
+            if wasRunning { try store.remove(e.id, state: "running") } else { try store.remove(e.id, state: "pending") }
             // A request submitted while it ran takes precedence over its own rescheduling.
             if let n = next, pending[n.id] == nil {
                 var r = n.requeued(runID: Daemon.newRunID(n.id))
@@ -71,8 +71,8 @@ extension Daemon {
                 try store.put(r)
                 add(r)
             }
-        } catch { say("\(e.row.id): cannot update the queue: \(error)") }
-        bus.emit(.taskChanged, [.string(e.row.id), .string(next != nil && pending[e.row.id] != nil ? "pending" : "finished")])
+        } catch { say("\(e.id): cannot update the queue: \(error)") }
+        bus.emit(.taskChanged, [.string(e.id), .string(next != nil && pending[e.id] != nil ? "pending" : "finished")])
     }
 
     /// A task is all its processes: what its command started and left running when it exited (a daemon that
@@ -135,7 +135,7 @@ extension Daemon {
         guard !stopping else { return }
         stopping = true
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
-        let entries = running.values.sorted { $0.row.id < $1.row.id }
+        let entries = running.values.sorted { $0.id < $1.id }
         for e in entries {
             if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unitName { systemd?.stopLeftover(u) }
             e.supervisor.taskProcess?.thawForSignal()
@@ -152,13 +152,13 @@ extension Daemon {
             recordEvent(RunEvent(kind: .recovered, monotonic: monotonic(), detail: "interrupted: bgtaskd stopped; \(done)",
                                   decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
             do {
-                try store.remove(e.row.id, state: "running")
-                if e.row.kind != .refresh, pending[e.row.id] == nil {
-                    try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.row.id)))
+                try store.remove(e.id, state: "running")
+                if e.row.kind != .refresh, pending[e.id] == nil {
+                    try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.id)))
                 }
-            } catch { say("\(e.row.id): cannot update the queue: \(error)") }
+            } catch { say("\(e.id): cannot update the queue: \(error)") }
         }
-        for e in entries { _ = queue.finish(e.row.id) }
+        for e in entries { _ = queue.finish(e.id) }
         audit.flush()
         updateInhibitor()
         bus.flush()
