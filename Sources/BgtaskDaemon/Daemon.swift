@@ -286,8 +286,14 @@ public final class Daemon {
         queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
         // Resting classes whose fast verdict has not changed stay at rest; the rest is decided in full.
-        holdRows(queue.wake { shared.verdict($0) })
-        for e in Array(running.values) + inOrder(queue.awake) {
+        let woken = queue.wake { shared.verdict($0) }
+        let entries = Array(running.values) + inOrder(queue.awake)
+        // The woken tasks' rows are read back from the queue: those first in line for a slot alone, so that a start
+        // waits for no batch, then the others in one batch.
+        let first = running.count + max(1, limits.maxRunning)
+        holdRows(entries.prefix(first).filter { $0.heldRow == nil }.map(\.id))
+        for (i, e) in entries.enumerated() {
+            if i == first, !woken.isEmpty { holdRows(entries.dropFirst(first).filter { $0.heldRow == nil }.map(\.id)) }
             wake(e).conditionsChanged(c, now: now, shared: shared)
             if e.row.state != "running" { rest(e) }
         }
