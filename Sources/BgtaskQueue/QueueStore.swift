@@ -430,8 +430,4 @@ public final class QueueStore: @unchecked Sendable {
     public func pruneTransitions(before: Double) throws {
         try db.write { try $0.execute(sql: "DELETE FROM transition WHERE time < ?", arguments: [before]) }
     }
-
-    public func count(app: String) throws -> Int {
-        try db.read { try QueuedTask.filter(Column("app") == app && Column("state") == "pending").fetchCount($0) }
-    }
 }
