@@ -76,7 +76,10 @@ extension Daemon {
             let n = cancelAll()
             return .success([.uint32(UInt32(n))])
         case .listPending:
-            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("ListPending takes \(method.signature)")) }
+            // The whole queue in one reply, as the interface has always said (clients page with ListPendingPage).
+            return .success([.dicts(listPending(allPending).map(\.variant))])
+        case .listPendingPage:
+            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("ListPendingPage takes \(method.signature)")) }
             let range: PageRange
             do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
             let limit = range.limit ?? RequestBounds.pageDefault

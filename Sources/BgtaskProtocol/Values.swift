@@ -37,16 +37,16 @@ extension BusConnection {
         try call(method.rawValue, args, destination: SchedulerBus.name, path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs)
     }
 
-    /// One page of `ListPending`: its tasks, and the cursor of the next page (nil after the last).
+    /// One page of the waiting tasks (`ListPendingPage`): its tasks, and the cursor of the next page (nil after the last).
     public func pendingPage(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (tasks: [[String: BusValue]], next: String?) {
-        let reply = try call(.listPending, [.dict(range.variant)], timeoutMs: timeoutMs)
+        let reply = try call(.listPendingPage, [.dict(range.variant)], timeoutMs: timeoutMs)
         guard reply.count == 2, case .dicts(let tasks) = reply[0], let next = reply[1].string else {
-            throw SchedulerError.failed("bgtaskd answered ListPending with \(SchedulerMethod.listPending.replySignature)? a bgtaskd of another version?")
+            throw SchedulerError.failed("bgtaskd answered ListPendingPage with \(SchedulerMethod.listPendingPage.replySignature)? a bgtaskd of another version?")
         }
         return (tasks, next.isEmpty ? nil : next)
     }
 
-    /// The waiting task `id` as `ListPending` tells it, nil if it does not wait.
+    /// The waiting task `id` as `ListPendingPage` tells it, nil if it does not wait.
     public func pendingTask(_ id: String, timeoutMs: Int32 = 25_000) throws(BusError) -> [String: BusValue]? {
         var r = PageRange()
         r.id = id

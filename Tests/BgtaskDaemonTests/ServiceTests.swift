@@ -116,7 +116,7 @@ final class InProcessDaemon {
     }
 
     func pending(_ range: PageRange = PageRange()) throws -> [PendingTask] {
-        let reply = try call(.listPending, [.dict(range.variant)]).get()
+        let reply = try call(.listPendingPage, [.dict(range.variant)]).get()
         guard case .dicts(let list)? = reply.first else { throw DaemonTestFailure("ListPending replied \(reply)") }
         return try list.map { d throws(ProtocolError) in try PendingTask(variant: d) }
     }
@@ -242,7 +242,7 @@ struct ServiceTests {
         _ = try d.submit("b", future).get()
         #expect(d.submit("c", future).failureName == SchedulerError.tooManyPending.rawValue)
         #expect(try d.submit("a", future).get().first?.string == "a", "a request replacing its own is not one more")
-        #expect(d.call(.listPending, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
+        #expect(d.call(.listPendingPage, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
     }
 
     @Test("apps: a manifest's app registers and submits its permitted identifiers within Apple's limits; others are NotPermitted; a sandboxed caller reaches only its own")
@@ -267,7 +267,7 @@ struct ServiceTests {
         #expect(throws: Never.self) { try d.call(.appPending, [app], from: sandboxed).get() }
         #expect(d.call(.appPending, [.string("org.example.Other")], from: sandboxed).failureName == SchedulerError.notPermitted.rawValue,
                 "another app's id: the sandbox says who it is")
-        #expect(d.call(.listPending, [.dict(PageRange().variant)], from: sandboxed).failureName == SchedulerError.accessDenied.rawValue)
+        #expect(d.call(.listPendingPage, [.dict(PageRange().variant)], from: sandboxed).failureName == SchedulerError.accessDenied.rawValue)
         #expect(d.call(.cancelAll, [], from: sandboxed).failureName == SchedulerError.accessDenied.rawValue)
 
         _ = try d.call(.appCancelAll, [app]).get()

@@ -125,7 +125,7 @@ struct BoundaryTests {
         let app = Confinement.flatpak("org.example.Sandboxed")
         let denied = "ERR org.freedesktop.DBus.Error.AccessDenied"
         let calls: [(String, String)] = [("Submit", "(@a{sv} {}, ['touch', '\(p.dir.path)/escaped'])"), ("Cancel", "('mine',)"), ("CancelAll", "()"),
-                                         ("ListPending", "(@a{sv} {},)"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
+                                         ("ListPending", "()"), ("ListPendingPage", "(@a{sv} {},)"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
                                          ("SetAppEnabled", "('com.example.Other', false)"), ("GetStatus", "()")]
         for (method, args) in calls {
             let r = try d.call(method, args, from: app, dir: p.dir)
@@ -270,7 +270,7 @@ struct BoundaryTests {
         #expect(try d.bgtask(["pending"]).0 == 0)
     }
 
-    @Test("ListPending pages through the queue in submission order: a cursor survives tasks cancelled between pages; a bad range is InvalidArgs naming it")
+    @Test("ListPendingPage pages through the queue in submission order (ListPending still answers whole): a cursor survives tasks cancelled between pages; a bad range is InvalidArgs naming it")
     func listPendingPages() throws {
         let p = try PolicyEnv()
         let d = try SessionDaemon(policy: p, preload: false)
@@ -298,12 +298,15 @@ struct BoundaryTests {
         let third = try page(["--limit", "10", "--after", try #require(second.next)])
         #expect(third.ids == Array(ids[20..<25]) && third.next == nil, "\(third)")
         // One task by id; the table pages too.
-        #expect(try d.call("ListPending", "({'id': <'page-03'>},)", dir: p.dir).contains("'page-03'"))
+        #expect(try d.call("ListPendingPage", "({'id': <'page-03'>},)", dir: p.dir).contains("'page-03'"))
+        // The whole list in one reply, as ListPending has always given it.
+        let all = try d.call("ListPending", "()", dir: p.dir)
+        #expect(ids.filter { $0 != "page-09" }.allSatisfy { all.contains("'\($0)'") } && !all.contains("'page-09'"), "\(all.prefix(300))")
         let table = try d.bgtask(["pending"])
         #expect(table.0 == 0 && table.1.split(separator: "\n").count == 25, "a header and 24 tasks: \(table.1)")
         for (range, key) in [("({'limit': <uint32 0>},)", "limit"), ("({'limit': <uint32 10001>},)", "limit"), ("({'after': <'nonsense'>},)", "after"),
                              ("({'limit': <'ten'>},)", "limit"), ("({'page': <1>},)", "page")] {
-            let r = try d.call("ListPending", range, dir: p.dir)
+            let r = try d.call("ListPendingPage", range, dir: p.dir)
             #expect(r.hasPrefix("ERR org.freedesktop.DBus.Error.InvalidArgs") && r.contains(key), "\(range): \(r)")
         }
         let bad = try d.bgtask(["pending", "--limit", "0"])
