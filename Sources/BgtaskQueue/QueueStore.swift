@@ -83,38 +83,42 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         for (name, value) in zip(QueuedTask.columns, values) { c[name] = value }
     }
 
-    /// Read by hand as well: a daemon starting with 10,000 persisted requests decodes each one.
+    /// Every request reads the columns in the order of `columns`, so a row is read by position.
+    public static var databaseSelection: [any SQLSelectable] { columns.map { Column($0) } }
+
+    /// Read by hand as well, by position (`databaseSelection`): a daemon starting with 10,000 persisted requests
+    /// decodes each one, and a lookup by name lowercases the name each time.
     public init(row r: Row) throws {
-        id = r["id"] ?? ""
-        app = r["app"] ?? "cli"
-        kind = TaskKind(rawValue: r["kind"] ?? "") ?? .processing
-        argv = r["argv"] ?? "[]"
-        requiresExternalPower = r["requires_external_power"] ?? false
-        requiresNetwork = r["requires_network"] ?? false
-        requiresUnmetered = r["requires_unmetered"] ?? false
-        cpuHeavy = r["cpu_heavy"] ?? false
-        userInitiated = r["user_initiated"] ?? false
-        earliest = r["earliest"]
-        every = r["every"]
-        anchor = r["anchor"]
-        retry = r["retry"] ?? 0
-        failures = r["failures"] ?? 0
-        budget = r["budget"]
-        submitted = r["submitted"] ?? 0
-        directory = r["directory"]
-        state = r["state"] ?? "pending"
-        runID = r["run_id"]
-        pgid = r["pgid"]
-        childStart = r["child_start"]
-        cgroup = (r["cgroup"] as String?).flatMap(Containment.init)
-        started = r["started"]
-        title = r["title"]
-        subtitle = r["subtitle"]
-        strategy = r["strategy"]
-        resources = r["resources"]
-        token = r["token"]
-        calendar = r["calendar"]
-        window = r["window"]
+        id = r[0] ?? ""
+        app = r[1] ?? "cli"
+        kind = TaskKind(rawValue: r[2] ?? "") ?? .processing
+        argv = r[3] ?? "[]"
+        requiresExternalPower = r[4] ?? false
+        requiresNetwork = r[5] ?? false
+        requiresUnmetered = r[6] ?? false
+        cpuHeavy = r[7] ?? false
+        userInitiated = r[8] ?? false
+        earliest = r[9]
+        every = r[10]
+        anchor = r[11]
+        retry = r[12] ?? 0
+        failures = r[13] ?? 0
+        budget = r[14]
+        submitted = r[15] ?? 0
+        directory = r[16]
+        state = r[17] ?? "pending"
+        runID = r[18]
+        pgid = r[19]
+        childStart = r[20]
+        cgroup = (r[21] as String?).flatMap(Containment.init)
+        started = r[22]
+        title = r[23]
+        subtitle = r[24]
+        strategy = r[25]
+        resources = r[26]
+        token = r[27]
+        calendar = r[28]
+        window = r[29]
     }
 
     enum CodingKeys: String, CodingKey {
