@@ -21,6 +21,7 @@ struct Bgtask: ParsableCommand {
     /// parse error) takes the full path, so messages and exit codes stay the root command's.
     static let direct: [String: ParsableCommand.Type] = [
         "status": Status.self, "pending": Pending.self, "tasks": Tasks.self, "why": Why.self, "log": Log.self,
+        "submit": Submit.self, "cancel": Cancel.self,
     ]
 
     static func direct(_ args: [String]) -> ParsableCommand? {
