@@ -68,7 +68,7 @@ let package = Package(
         // source): names, methods, signals, errors and the typed a{sv} values the daemon, the CLI and the library share.
         .executableTarget(name: "bgtask-protocol-gen"),
         .plugin(name: "BgtaskProtocolPlugin", capability: .buildTool(), dependencies: ["bgtask-protocol-gen"]),
-        .target(name: "BgtaskProtocol", dependencies: ["BgtaskBus"], plugins: ["BgtaskProtocolPlugin"]),
+        .target(name: "BgtaskProtocol", dependencies: ["BgtaskBus", "BgtaskJSON"], plugins: ["BgtaskProtocolPlugin"]),
 
         // The daemon's queue in SQLite: pending and running requests, schedules, retries.
         .target(name: "BgtaskQueue", dependencies: ["BgtaskConfig", "BgtaskJSON", "BgtaskPolicy", "BgtaskStorage",
@@ -108,7 +108,7 @@ let package = Package(
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskProtocol", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

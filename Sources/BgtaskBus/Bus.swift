@@ -79,7 +79,9 @@ public indirect enum BusValue: Sendable, Equatable {
 
     /// GVariant strings must be UTF-8 without NUL; Swift strings are UTF-8, but may hold NUL.
     static func validUTF8(_ s: String) -> String {
-        s.utf8.contains(0) ? String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value == 0 ? "\u{FFFD}" : $0 })) : s
+        // memchr over the bytes: a page of JSON lines is megabytes, and a generic `contains` went byte by byte.
+        let hasNUL = s.utf8.withContiguousStorageIfAvailable { b in b.baseAddress.map { memchr($0, 0, b.count) != nil } ?? false } ?? s.utf8.contains(0)
+        return hasNUL ? String(String.UnicodeScalarView(s.unicodeScalars.map { $0.value == 0 ? "\u{FFFD}" : $0 })) : s
     }
 
     /// Reads a GVariant of a supported type; nil for anything else.

@@ -11,69 +11,15 @@ import BgtaskProbes
 import BgtaskQueue
 import BgtaskRun
 
-/// An app that talks to the daemon (the BackgroundTasks library in it).
-final class AppClient {
-    let id: String
-    /// Its unique name on the bus: launches and expirations are sent to it alone.
-    var connection: String
-    var pid: pid_t?
-    var registered: Set<String> = []
-    /// It said it has registered its launch handlers: tasks may be delivered now.
-    var ready = false
-    init(id: String, connection: String, pid: pid_t?) {
-        self.id = id
-        self.connection = connection
-        self.pid = pid
-    }
-}
-
-/// A continued task's progress and what the user sees of it.
-struct AppTaskView {
-    var title: String?
-    var subtitle: String?
-    var completed: UInt64 = 0
-    var total: UInt64 = 0
-}
-
-/// What an app task asks of the app broker (bgtaskd): hand it to its app, tell the app it expires, end the app.
-protocol AppBroker: AnyObject {
-    func deliver(_ t: AppTask, kind: TaskKind) -> String
-    func tellExpire(_ t: AppTask, reason: String)
-    func endApp(_ t: AppTask) -> String
-}
-
-/// The supervisor's stand-in for a process, for a task that runs inside its app.
-final class AppTask: AppTaskHooks {
-    unowned let broker: AppBroker
-    let app: String
-    let identifier: String
-    /// Started but not yet handed to the app (it is being launched, or has not said it is ready).
-    var delivered = false
-    /// The app said its launch handler runs (`AppLaunchReceived`): from then on, leaving the bus is its failure.
-    var handling = false
-    /// Times the app left before handling it and was launched again for it (bounded: an app that always does so).
-    var relaunches = 0
-    /// bgtaskd ended it after its expiration and grace (counted against the app).
-    var endedByUs = false
-    init(broker: AppBroker, app: String, identifier: String) {
-        self.broker = broker
-        self.app = app
-        self.identifier = identifier
-    }
-    func start(_ s: Supervisor) -> String { broker.deliver(self, kind: s.machine.task.kind) }
-    func expire(_ s: Supervisor, reason: String) { broker.tellExpire(self, reason: reason) }
-    func kill(_ s: Supervisor) -> String { endedByUs = true; return broker.endApp(self) }
-}
-
 extension Daemon: AppBroker {}
 
 extension Daemon {
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
     func loadApps() {
         let (found, errors) = AppManifests.load(directories: options.places?.appDirectories ?? AppManifests.directories())
-        apps = found
-        manifestErrors = errors
-        disabledApps = options.places == nil ? AppManifests.disabled() : []
+        roster.manifests = found
+        roster.errors = errors
+        roster.disabled = options.places == nil ? AppManifests.disabled() : []
         for e in errors { say("manifest skipped: \(e.description)") }
     }
 
@@ -96,19 +42,19 @@ extension Daemon {
         case .snap, .userNamespace:
             return .failure(SchedulerError.accessDenied("a caller in \(who.sandbox) names no app id bgtaskd can check"))
         }
-        guard let m = apps[claimed] else {
+        guard let m = roster.manifests[claimed] else {
             return .failure(SchedulerError.notPermitted("no manifest for \(claimed) (\(AppManifests.directories().first ?? "")/\(claimed).toml)"))
         }
-        if disabledApps.contains(claimed) {
+        if roster.disabled.contains(claimed) {
             return .failure(SchedulerError.unavailable("background work of \(claimed) is turned off (bgtask apps enable \(claimed))"))
         }
         return .success(m)
     }
 
     func client(_ app: String, _ call: BusCall, _ who: Caller) -> AppClient {
-        if let c = clients[app], c.connection == call.sender { return c }
+        if let c = roster.clients[app], c.connection == call.sender { return c }
         let c = AppClient(id: app, connection: call.sender, pid: who.pid)
-        clients[app] = c
+        roster.clients[app] = c
         return c
     }
 
@@ -120,22 +66,22 @@ extension Daemon {
             return .success([.strings(gpuUsable ? ["gpu"] : [])])
         case .listApps:
             // A sandboxed app sees its own manifest only (how the library learns its id), nothing of other apps'.
-            let visible = who.sandbox == .none ? Array(apps.values) : apps.values.filter { $0.id == who.sandbox.appID }
+            let visible = who.sandbox == .none ? Array(roster.manifests.values) : roster.manifests.values.filter { $0.id == who.sandbox.appID }
             var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
                 AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
-                        resources: m.resources.sorted(), enabled: !disabledApps.contains(m.id), connected: clients[m.id] != nil,
+                        resources: m.resources.sorted(), enabled: !roster.disabled.contains(m.id), connected: roster.clients[m.id] != nil,
                         endedBySystem: UInt32(queue.standing[m.id] ?? 0), refreshHeldBackS: queue.refreshHoldBack(app: m.id))
             }
-            if who.sandbox == .none { list += manifestErrors.map { AppInfo(error: $0.description) } }
+            if who.sandbox == .none { list += roster.errors.map { AppInfo(error: $0.description) } }
             return .success([.dicts(list.map(\.variant))])
         case .setAppEnabled:
             guard let app = str(0), AppManifest.validID(app), call.args.count == 2, let on = call.args[1]?.bool else { return bad("SetAppEnabled takes (s app_id, b enabled)") }
             // A switch for an app with no manifest would only ever grow the file (and hide a typo).
-            guard apps[app] != nil || disabledApps.contains(app) else {
+            guard roster.manifests[app] != nil || roster.disabled.contains(app) else {
                 return .failure(SchedulerError.invalidArgs("no app \(app): no manifest in \(AppManifests.directories().joined(separator: ", "))"))
             }
             do { try AppManifests.setEnabled(app, on) } catch { return .failure(SchedulerError.unavailable("the switch cannot be written: \(error)")) }
-            disabledApps = AppManifests.disabled()
+            roster.disabled = AppManifests.disabled()
             if !on { for id in pending.keys.sorted() where queue.job(id)?.app == app { _ = cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
             return .success([])
@@ -214,17 +160,17 @@ extension Daemon {
             // In time: before bgtaskd ended it (a completion after that has already been counted against the app).
             if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.id) }
             e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
-            views[e.id] = nil
+            roster.views[e.id] = nil
             return .success([])
         case .appProgress:
             guard let identifier = str(1), call.args.count == 4, let done = call.args[2]?.number, let total = call.args[3]?.number else {
                 return bad("AppProgress takes (s app_id, s identifier, t completed, t total)")
             }
             guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
-            var v = views[e.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
+            var v = roster.views[e.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
             v.completed = UInt64(max(0, min(done, 1e18)))
             v.total = UInt64(max(0, min(total, 1e18)))
-            views[e.id] = v
+            roster.views[e.id] = v
             bus.emit(.taskProgress, [.string(e.id), .uint64(v.completed), .uint64(v.total)])
             presenter.progress(key: e.id, completed: v.completed, total: v.total)
             return .success([])
@@ -234,10 +180,10 @@ extension Daemon {
             }
             guard title.utf8.count <= 1024, subtitle.utf8.count <= 1024 else { return bad("a title or subtitle is over 1024 bytes") }
             guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
-            var v = views[e.id] ?? AppTaskView()
+            var v = roster.views[e.id] ?? AppTaskView()
             v.title = title
             v.subtitle = subtitle
-            views[e.id] = v
+            roster.views[e.id] = v
             presenter.retitle(key: e.id, title: title, subtitle: subtitle)
             return .success([])
         default:
@@ -335,24 +281,24 @@ extension Daemon {
     /// Hands a started task to its app: at once if the app is there and ready, else once it is (launching it
     /// with its manifest's command if it is not running). Several due tasks of one app arrive in one launch.
     func deliver(_ t: AppTask, kind: TaskKind) -> String {
-        if let c = clients[t.app], c.ready {
+        if let c = roster.clients[t.app], c.ready {
             t.delivered = true
             bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind.rawValue)], to: c.connection)
             let key = appKey(t.app, t.identifier)
             if kind == .continued, let e = running[key] ?? pending[key] {
-                presenter.show(key: key, appID: t.app, appName: apps[t.app]?.name ?? t.app,
+                presenter.show(key: key, appID: t.app, appName: roster.manifests[t.app]?.name ?? t.app,
                                title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
             }
             return "delivered to \(t.app)" + (c.pid.map { " (pid \($0))" } ?? "")
         }
-        if clients[t.app] != nil { return "waiting for \(t.app) to say it is ready" }
-        if let p = launchedApps[t.app], isAlive(p.pid) { return "waiting for \(t.app) (pid \(p.pid)) to register" }
-        guard let m = apps[t.app] else { return "\(t.app) has no manifest any more" }
+        if roster.clients[t.app] != nil { return "waiting for \(t.app) to say it is ready" }
+        if let p = roster.launched[t.app], isAlive(p.pid) { return "waiting for \(t.app) (pid \(p.pid)) to register" }
+        guard let m = roster.manifests[t.app] else { return "\(t.app) has no manifest any more" }
         do {
             let p = try TaskProcess.spawn(m.command, background: true, cgroupName: "\(StatePaths.safeName(t.app))-\(getpid())",
                                           output: StatePaths.outputFile(stateDirectory: stateDir, id: "app:" + t.app),
                                           environment: ["BGTASK_APP_ID=\(t.app)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"])
-            launchedApps[t.app] = p
+            roster.launched[t.app] = p
             return "launched \(t.app) (pid \(p.pid)) to deliver it"
         } catch {
             return "\(t.app) could not be launched: \(error)"
@@ -361,7 +307,7 @@ extension Daemon {
 
     func tellExpire(_ t: AppTask, reason: String) {
         let key = appKey(t.app, t.identifier)
-        expiredReasons[key] = reason
+        roster.expiredReasons[key] = reason
         guard t.delivered else {
             // Expired before the app took it (it was being launched): it is not handed over later; nothing of it ran.
             loop.after(0) { [weak self] in
@@ -371,7 +317,7 @@ extension Daemon {
             }
             return
         }
-        guard let c = clients[t.app] else { return }
+        guard let c = roster.clients[t.app] else { return }
         bus.emit(.expire, [.string(t.app), .string(t.identifier), .string(reason)], to: c.connection)
     }
 
@@ -379,7 +325,7 @@ extension Daemon {
     /// SIGKILL 5 s later); an app the user started is left running. Either way it is recorded against the app.
     func endApp(_ t: AppTask) -> String {
         let against = countAgainst(t.app)
-        if let p = launchedApps[t.app], isAlive(p.pid) {
+        if let p = roster.launched[t.app], isAlive(p.pid) {
             p.thawForSignal()
             let pid = p.pid
             end(grace: 5) { isAlive(pid) ? [-pid] : [] }
@@ -405,7 +351,7 @@ extension Daemon {
     /// The app left the bus or its launched process ended: what it had not completed has failed, and
     /// queued continued work is cancelled (the person who asked for it closed the app).
     func appGone(_ app: String, why: String) {
-        clients[app] = nil
+        roster.clients[app] = nil
         for e in running.values where e.row.app == app && !e.supervisor.isDone {
             if let t = e.supervisor.app as? AppTask, !t.handling, t.relaunches < 3 {
                 // Never handed over, or handed to a process that left before its handler ran (a command-line app
@@ -417,7 +363,7 @@ extension Daemon {
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
-        for (id, e) in pending where queue.job(id)?.app == app && queue.job(id)?.fields.kind == .continued {
+        for id in pending.keys where queue.job(id)?.app == app && queue.job(id)?.fields.kind == .continued {
             _ = cancel(id, by: "bgtaskd: \(app) \(why)")
         }
         afterRound(conditionsChanged: false)
@@ -426,9 +372,9 @@ extension Daemon {
     /// iOS suspends an app once its background work is done; bgtaskd ends an app it launched itself when none
     /// of its tasks has run for a few seconds (SIGTERM). An app the person started is never touched.
     func endLaunchedAppIfIdle(_ app: String, except: String) {
-        guard launchedApps[app] != nil else { return }
+        guard roster.launched[app] != nil else { return }
         loop.after(Daemon.launchedAppLinger) { [weak self] in
-            guard let self, let p = self.launchedApps[app], isAlive(p.pid),
+            guard let self, let p = self.roster.launched[app], isAlive(p.pid),
                   !self.running.values.contains(where: { $0.row.app == app && !$0.supervisor.isDone }) else { return }
             self.say("\(app): its background work is done; ending it (pid \(p.pid))")
             p.thawForSignal()
@@ -440,10 +386,10 @@ extension Daemon {
 
     /// Reaps app processes bgtaskd launched.
     func reapApps() {
-        for (app, p) in launchedApps {
+        for (app, p) in roster.launched {
             var status: Int32 = 0
             if waitpid(p.pid, &status, WNOHANG) == p.pid {
-                launchedApps[app] = nil
+                roster.launched[app] = nil
                 p.cleanUp()
                 appGone(app, why: "exited (status \(status >> 8 & 0xff))")
             }
@@ -457,7 +403,7 @@ extension Daemon {
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
             self.callers[name] = nil
             self.queue.forgetSender(name)
-            for c in self.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
+            for c in self.roster.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }
     }
 }

@@ -51,11 +51,8 @@ public final class Daemon {
     var callers: [String: Caller] = [:]
     /// logind's sleep and shutdown, and the delay locks held while work runs.
     lazy var sleep = SleepWatch { [unowned self] in self.say($0) }
-    var apps: [String: AppManifest] = [:]
-    var manifestErrors: [PolicyError] = []
-    var disabledApps: Set<String> = []
-    var clients: [String: AppClient] = [:]
-    var views: [String: AppTaskView] = [:]
+    /// The apps: manifests, switches, connected clients, their tasks' views, the processes bgtaskd launched.
+    let roster = AppRoster()
     /// Running command tasks' output files, kept bounded while written.
     lazy var outputWatch = OutputWatch(loop: loop) { [unowned self] in self.say($0) }
     /// Continued tasks as the person sees them (notifications, KDE's job view).
@@ -66,12 +63,8 @@ public final class Daemon {
             self.running[key]?.supervisor.expireNow(now: monotonic(), why: why)
             self.afterRound(conditionsChanged: false)
         }))
-    /// Why each app task was last expired (shown when it ends).
-    var expiredReasons: [String: String] = [:]
     /// The user's systemd manager, where one runs: command tasks are its transient units (nil: bgtaskd's children).
     var systemd: SystemdUnits?
-    /// App processes bgtaskd started for background work, by app id.
-    var launchedApps: [String: TaskProcess] = [:]
     /// The policy layers' and manifests' directories, watched (nil without inotify).
     var configWatch: ConfigWatch?
     /// The configuration directories as they were when first read (`watchConfiguration`).
@@ -193,7 +186,7 @@ public final class Daemon {
                 let r = self.handle(call)
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
-                if case .success(let v) = r, case .dicts(let list)? = v.first, list.count >= Daemon.largeReply {
+                if case .success(let v) = r, Daemon.isLarge(v.first) {
                     self.quiet.rearm(now: monotonic())
                 }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
@@ -228,8 +221,8 @@ public final class Daemon {
                 self.recordHistory(values)
                 self.deliver(now: monotonic())
                 let c = self.appConditions
-                if c != self.announcedConditions {
-                    self.announcedConditions = c
+                if c != self.roster.announced {
+                    self.roster.announced = c
                     self.bus.emit(.conditionsChanged, [.dict(c.variant)])
                 }
             }
@@ -268,10 +261,6 @@ public final class Daemon {
         if case .bool(let b)? = readings?["system.power_saver"] { c.lowPowerMode = b }
         return c
     }
-    /// How many apps were connected at the last round (a change re-decides how often zones are read).
-    var clientsAtLastRound = 0
-    /// The last ConditionsChanged sent.
-    var announcedConditions = Conditions()
     /// Dropped whenever `readings` or `sleeping` change.
     var mergedConditions: [String: PolicyValue]?
 
@@ -361,6 +350,13 @@ public final class Daemon {
     var quiet = Memory.QuietSpell()
     /// A reply of this many tasks or more is given back (`quiet.rearm`) once the daemon has been quiet again.
     static let largeReply = 1_000
+    static func isLarge(_ reply: BusValue?) -> Bool {
+        switch reply {
+        case .dicts(let list)?: return list.count >= largeReply
+        case .string(let s)?: return s.utf8.count >= largeReply * 256   // a page of JSON lines
+        default: return false
+        }
+    }
     func release() {
         store.releaseMemory()
         audit.releaseMemory()
@@ -399,10 +395,10 @@ public final class Daemon {
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
         // An app that is connected reads ProcessInfo.thermalState: the zones are read for it too (2–30 s, by distance).
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting || clients.count != clientsAtLastRound) { [unowned self] in
-            !self.clients.isEmpty || self.restingDependOnThermal()
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting || roster.clients.count != roster.clientsAtLastRound) { [unowned self] in
+            !self.roster.clients.isEmpty || self.restingDependOnThermal()
         }
-        clientsAtLastRound = clients.count
+        roster.clientsAtLastRound = roster.clients.count
         newlyResting = false
         let releasing = quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), quiet.deadline, sleep.deadline].compactMap { $0 }.min()

@@ -78,28 +78,22 @@ extension Daemon {
         case .listPending:
             // The whole queue in one reply, as the interface has always said (clients page with ListPendingPage).
             return .success([.dicts(listPending(allPending).map(\.variant))])
-        case .listPendingPage:
-            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("ListPendingPage takes \(method.signature)")) }
-            let range: PageRange
-            do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
-            let limit = range.limit ?? RequestBounds.pageDefault
-            guard (1...RequestBounds.pageMost).contains(limit) else {
-                return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))
+        case .listPendingPage, .listPendingJSON:
+            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("\(call.method) takes \(method.signature)")) }
+            let page: (tasks: [PendingTask], next: String)
+            switch pendingPage(d) {
+            case .success(let p): page = p
+            case .failure(let e): return .failure(e)
             }
-            var after: Scheduler<Entry>.Position?
-            if let c = range.after, !c.isEmpty {
-                guard c.utf8.count <= 512, let p = Scheduler<Entry>.Position(cursor: c) else {
-                    return .failure(SchedulerError.invalidArgs("after: a cursor from a previous page's next (submitted|id)"))
-                }
-                after = p
+            if method == .listPendingPage { return .success([.dicts(page.tasks.map(\.variant)), .string(page.next)]) }
+            // Each task as `bgtask pending --json` prints it, one a line: one string for the page.
+            var lines = ""
+            var iso = (second: Double.nan, text: "")
+            for t in page.tasks {
+                if !lines.isEmpty { lines += "\n" }
+                BusValue.writeJSON(entries: t.entries, into: &lines, iso: &iso)
             }
-            if let id = range.id {
-                return .success([.dicts(listPending(pending[id].map { [$0] } ?? []).map(\.variant)), .string("")])
-            }
-            let page = queue.waitingInOrder(after: after, limit: Int(limit))
-            let tasks = listPending(page.ids.compactMap { pending[$0] })
-            let next = page.more ? page.ids.last.flatMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id).cursor } } ?? "" : ""
-            return .success([.dicts(tasks.map(\.variant)), .string(next)])
+            return .success([.string(lines), .string(page.next)])
         case .listRunning:
             return .success([.dicts(listRunning().map(\.variant))])
         case .debugLaunch:
@@ -205,7 +199,7 @@ extension Daemon {
     func cancel(_ id: String, by who: String = "bgtask cancel") -> Result<String, BusError> {
         var done: [String] = []
         if let e = queue.removeWaiting(id) {
-            try? store.remove(id, state: "pending")
+            _ = try? store.remove(id, state: "pending")
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
             done.append("removed the pending request")
@@ -255,6 +249,28 @@ extension Daemon {
         }
         guard let (est, what) = latest else { return nil }
         return (est.at, StartEstimate.text(est, what: what, now: wall))
+    }
+
+    /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), and the cursor of
+    /// the page after it (empty after the last).
+    func pendingPage(_ d: [String: BusValue]) -> Result<(tasks: [PendingTask], next: String), BusError> {
+        let range: PageRange
+        do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
+        let limit = range.limit ?? RequestBounds.pageDefault
+        guard (1...RequestBounds.pageMost).contains(limit) else {
+            return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))
+        }
+        var after: Scheduler<Entry>.Position?
+        if let c = range.after, !c.isEmpty {
+            guard c.utf8.count <= 512, let p = Scheduler<Entry>.Position(cursor: c) else {
+                return .failure(SchedulerError.invalidArgs("after: a cursor from a previous page's next (submitted|id)"))
+            }
+            after = p
+        }
+        if let id = range.id { return .success((listPending(pending[id].map { [$0] } ?? []), "")) }
+        let page = queue.waitingInOrder(after: after, limit: Int(limit))
+        let next = page.more ? page.ids.last.flatMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id).cursor } } ?? "" : ""
+        return .success((listPending(page.ids.compactMap { pending[$0] }), next))
     }
 
     /// What `entries` wait for (those that wait), as `ListPending` tells it. Resting tasks' rows are read from the
@@ -318,7 +334,7 @@ extension Daemon {
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
             }
             if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }
-            if let v = views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+            if let v = roster.views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
                 t.title = v.title
                 t.subtitle = v.subtitle
                 if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }

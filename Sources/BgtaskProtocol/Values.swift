@@ -46,6 +46,16 @@ extension BusConnection {
         return (tasks, next.isEmpty ? nil : next)
     }
 
+    /// One page of the waiting tasks as JSON text (`ListPendingJSON`): one task a line, and the cursor of the next
+    /// page (nil after the last).
+    public func pendingJSON(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (lines: String, next: String?) {
+        let reply = try call(.listPendingJSON, [.dict(range.variant)], timeoutMs: timeoutMs)
+        guard reply.count == 2, let lines = reply[0].string, let next = reply[1].string else {
+            throw SchedulerError.failed("bgtaskd answered ListPendingJSON with \(SchedulerMethod.listPendingJSON.replySignature)? a bgtaskd of another version?")
+        }
+        return (lines, next.isEmpty ? nil : next)
+    }
+
     /// The waiting task `id` as `ListPendingPage` tells it, nil if it does not wait.
     public func pendingTask(_ id: String, timeoutMs: Int32 = 25_000) throws(BusError) -> [String: BusValue]? {
         var r = PageRange()

@@ -20,7 +20,7 @@ extension Bgtask {
 
             func run() throws {
                 guard case .dicts(let apps)? = try DaemonClient.call(.listApps).first else { return }
-                if json { print(DaemonClient.json(.dicts(apps)).rendered); return }
+                if json { print(BusValue.dicts(apps).json.rendered); return }
                 if apps.isEmpty { out("no app manifests (in \(AppManifests.directories().joined(separator: ", ")))"); return }
                 for a in apps.compactMap({ try? AppInfo(variant: $0) }) {
                     if let e = a.error { out("skipped: \(e)"); continue }

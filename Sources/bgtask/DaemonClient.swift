@@ -37,6 +37,27 @@ enum DaemonClient {
         }
     }
 
+    /// `pendingPages` as JSON text (`ListPendingJSON`: one task a line, a string a page). `supported` is false, and
+    /// nothing was given to `body`, when the bgtaskd that answers predates the method.
+    static func pendingJSONPages(limit: UInt32? = nil, after: String? = nil, _ body: (String) -> Void) -> (next: String?, supported: Bool) {
+        asking { bus throws(BusError) in
+            var range = PageRange(after: after, limit: min(limit ?? RequestBounds.pageMost, RequestBounds.pageMost))
+            var first = true
+            while true {
+                let page: (lines: String, next: String?)
+                do throws(BusError) { page = try bus.pendingJSON(range) } catch {
+                    if first, error.shortName == "UnknownMethod" { return (nil, false) }
+                    throw error
+                }
+                first = false
+                body(page.lines)
+                guard let next = page.next else { return (nil, true) }
+                if limit != nil { return (next, true) }
+                range.after = next
+            }
+        }
+    }
+
     /// Asks bgtaskd on the session bus; what it refuses and a daemon that is not there end the CLI with the
     /// matching exit status.
     static func asking<T>(_ body: (BusConnection) throws(BusError) -> T) -> T {
@@ -68,29 +89,6 @@ enum DaemonClient {
     static func fail(_ message: String, _ status: Int32) -> Never {
         err(message, status: status)
         exit(status)
-    }
-
-    /// A bus value as JSON, for `--json`.
-    static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run", "likely_start"]
-
-    static func json(_ v: BusValue) -> JSONValue {
-        switch v {
-        case .string(let s): return .string(s)
-        case .bool(let b): return .bool(b)
-        case .int64, .uint64, .uint32, .int32, .byte, .double: return .number(v.number ?? 0)
-        case .strings(let a): return .array(a.map { .string($0) })
-        case .dict(let d):
-            // Times are seconds since the epoch, each with its ISO-8601 twin in local time with the zone.
-            var fields: [(String, JSONValue)] = []
-            for k in d.keys.sorted() {
-                fields.append((k, json(d[k]!)))
-                if timeKeys.contains(k), let t = d[k]!.number { fields.append((k + "_iso", .string(isoText(t)))) }
-            }
-            return .object(fields)
-        case .dicts(let ds): return .array(ds.map { json(.dict($0)) })
-        case .tuple(let members), .array(_, let members): return .array(members.map(json))
-        case .variant(let inner): return json(inner)
-        }
     }
 }
 

@@ -48,23 +48,47 @@ extension Bgtask {
                 let audit = (try? State.audit(write: false)) ?? nil
                 let weekAgo = wallClockNow() - 7 * 86_400
                 var written = 0
-                var text = "["
-                let next = DaemonClient.pendingPages(limit: limit, after: after) { page in
-                    for t in page {
-                        var value = DaemonClient.json(.dict(t))
-                        if written < 200, case .object(var fields) = value, let a = audit, let id = t["id"]?.string {
-                            if let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
-                                fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
-                                fields.append(("last_energy", JSONValue(f.energy)))
-                            }
-                            value = .object(fields)
+                fputs("[", stdout)
+                func write(_ value: @autoclosure () -> JSONValue, line: Substring?) {
+                    var text = written > 0 ? "," : ""
+                    var v: JSONValue?
+                    if written < 200, let a = audit {
+                        let value = value()
+                        v = value
+                        if case .object(var fields) = value, case .string(let id)? = value["id"],
+                           let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
+                            fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
+                            fields.append(("last_energy", JSONValue(f.energy)))
+                            v = .object(fields)
                         }
-                        if written > 0 { text += "," }
-                        text += value.rendered
-                        written += 1
                     }
+                    if let v { text += v.rendered } else if let line { text += line } else { text += value().rendered }
                     fputs(text, stdout)
-                    text = ""
+                    written += 1
+                }
+                // bgtaskd writes each task as this command would (`BusValue.json`): the lines are copied as they are.
+                var (next, supported) = DaemonClient.pendingJSONPages(limit: limit, after: after) { lines in
+                    var rest = Substring(lines)
+                    // The first tasks one by one (each may gain its last run's energy), by bytes: a split by
+                    // Characters was most of a long listing's time.
+                    while !rest.isEmpty, written < 200, audit != nil {
+                        let end = rest.utf8.firstIndex(of: 0x0A) ?? rest.endIndex
+                        let line = rest[..<end]
+                        write((try? JSONValue.parse(String(line))) ?? .null, line: line)
+                        rest = end == rest.endIndex ? "" : rest[rest.utf8.index(after: end)...]
+                    }
+                    guard !rest.isEmpty else { return }
+                    // The rest of the page as it is, each line's end made the array's comma.
+                    var bytes = Array(rest.utf8)
+                    for i in bytes.indices where bytes[i] == 0x0A { bytes[i] = 0x2C }
+                    if written > 0 { fputs(",", stdout) }
+                    _ = bytes.withUnsafeBufferPointer { fwrite($0.baseAddress, 1, $0.count, stdout) }
+                    written += 1
+                }
+                if !supported {
+                    next = DaemonClient.pendingPages(limit: limit, after: after) { page in
+                        for t in page { write(BusValue.dict(t).json, line: nil) }
+                    }
                 }
                 print("]")
                 if let n = next { Pending.nextPage(n) }

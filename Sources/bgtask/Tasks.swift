@@ -35,7 +35,7 @@ extension Bgtask {
             for s in [SIGINT, SIGTERM, SIGHUP, SIGWINCH] { sigaddset(&mask, s) }
             if live { sigprocmask(SIG_BLOCK, &mask, nil) }
             guard case .dicts(let tasks)? = try DaemonClient.call(.listRunning).first else { return }
-            if json { print(DaemonClient.json(.dicts(tasks)).rendered); return }
+            if json { print(BusValue.dicts(tasks).json.rendered); return }
             guard live, let bus = try? BusConnection() else {
                 for l in Tasks.lines(Tasks.typed(tasks)) { out(l) }
                 return

@@ -1,10 +1,21 @@
-import BgtaskBus
+@testable import BgtaskBus
+import CGio
 import BgtaskProtocol
+import Foundation
 import Testing
 
 /// The values generated from data/io.github.bgtask.Scheduler1.xml: what the daemon reads from a caller and what
 /// the CLI and the library read from the daemon.
 @Suite struct ProtocolTests {
+    @Test("a string goes onto the bus as it is, a NUL in it (GVariant allows none) as U+FFFD, at any length")
+    func stringsOntoTheBus() throws {
+        for s in ["plain", "a\u{0}b", String(repeating: "x", count: 1 << 20) + "\u{0}", String(repeating: "é", count: 1 << 20)] {
+            let v = BusValue.string(s).variant()
+            defer { g_variant_unref(v) }
+            #expect(BusValue.from(v) == .string(s.replacingOccurrences(of: "\u{0}", with: "\u{FFFD}")))
+        }
+    }
+
     @Test("a Submit's options go onto the bus and come back equal; absent keys stay absent")
     func submitOptionsRoundTrip() throws {
         var o = SubmitOptions(id: "backup", requiresExternalPower: true)

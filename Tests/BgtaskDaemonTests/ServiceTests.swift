@@ -4,6 +4,7 @@
 @testable import BgtaskDaemon
 import BgtaskBus
 import BgtaskConfig
+import BgtaskJSON
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskProtocol
@@ -274,6 +275,46 @@ struct ServiceTests {
         #expect(try d.pending().isEmpty)
     }
 
+    @Test("ListPendingJSON pages the queue as ListPendingPage does, each task a line of the JSON `bgtask pending --json` prints")
+    func pendingAsJSONLines() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<5 { _ = try d.submit("job-\(i)", o, argv: ["echo", "a \"quoted\"\tword\n", "é"]).get() }
+        var later = SubmitOptions()
+        later.earliest = Date().timeIntervalSince1970 + 3600
+        _ = try d.submit("later", later).get()
+        func page(_ method: SchedulerMethod, after: String?) throws -> (BusValue, String) {
+            let reply = try d.call(method, [.dict(PageRange(after: after, limit: 4).variant)]).get()
+            guard reply.count == 2, let next = reply[1].string else { throw DaemonTestFailure("\(method) replied \(reply)") }
+            return (reply[0], next)
+        }
+        var lines: [String] = [], expected: [String] = []
+        var after: String?
+        repeat {
+            let (text, next) = try page(.listPendingJSON, after: after)
+            let (tasks, nextOfPage) = try page(.listPendingPage, after: after)
+            #expect(next == nextOfPage, "both methods page alike")
+            guard case .dicts(let list) = tasks, let t = text.string else { throw DaemonTestFailure("replies \(tasks) \(text)") }
+            lines += t.split(separator: "\n").map(String.init)
+            expected += list.map { BusValue.dict($0).json.rendered }
+            after = next.isEmpty ? nil : next
+        } while after != nil
+        #expect(lines.count == 6)
+        // `next_check` is made from the clock at each call (wall + time left): the two calls differ in microseconds.
+        func steady(_ line: String) throws -> JSONValue {
+            guard case .object(let fields) = try JSONValue.parse(line) else { return .null }
+            return .object(fields.filter { !$0.0.hasPrefix("next_check") })
+        }
+        #expect(try lines.map(steady) == expected.map(steady), "each line is the task as the CLI renders it from ListPendingPage")
+        #expect(lines.filter { !$0.contains("next_check") } == expected.filter { !$0.contains("next_check") }, "byte for byte")
+        let first = try JSONValue.parse(lines[0])
+        #expect(first["id"] == .string("job-0"))
+        #expect(first["command"] == .array([.string("echo"), .string("a \"quoted\"\tword\n"), .string("é")]), "escapes survive the round trip")
+        #expect(first["submitted_iso"] != nil && first["rule"] == .string("processing.needs-power"))
+        #expect(d.call(.listPendingJSON, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
+    }
+
     @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
     func status() throws {
         var readings = Self.onBattery
@@ -289,6 +330,27 @@ struct ServiceTests {
         #expect(try Conditions(variant: c).thermalState == "fair")
     }
 }
+}
+
+@Suite("JSON from bus values")
+struct BusValueJSONTests {
+    @Test("writeJSON writes what json.rendered does: keys sorted, times with their _iso twin, nested lists, escapes")
+    func directWriterMatchesTree() {
+        let values: [BusValue] = [
+            .dict(["id": .string("a\"b\n"), "submitted": .double(1_764_000_000.25), "earliest": .double(1_764_003_600),
+                   "command": .strings(["x", "é", "\u{1}"]), "failures": .uint32(3), "cpu_heavy": .bool(false),
+                   "unmet": .dicts([["what": .string("rule"), "reason": .string("r")], ["what": .string("slot")]]),
+                   "next_check": .double(1_764_000_000.75), "likely_start": .double(.infinity)]),
+            .dicts([["time": .int64(-5)], [:]]),
+            .tuple([.string("s"), .variant(.bool(true)), .array(element: "d", [.double(0.5)])]),
+        ]
+        var iso = (second: Double.nan, text: "")
+        for v in values {
+            var out = ""
+            v.writeJSON(into: &out, iso: &iso)
+            #expect(out == v.json.rendered)
+        }
+    }
 }
 
 /// The queue as stored, read through the daemon's own store.

@@ -166,6 +166,18 @@ struct JSONTests {
         let v = JSONValue.object([("a", .string("q\"\\\n\u{1}")), ("b", .number(42)), ("c", .number(4.5)), ("d", .null)])
         #expect(v.rendered == #"{"a":"q\"\\\n\u0001","b":42,"c":4.5,"d":null}"#)
     }
+
+    @Test("any string survives rendering and parsing: escapes amid runs of plain text, at either end, multi-byte letters")
+    func stringsRoundTrip() throws {
+        let pieces = ["", "plain", "\"", "\\", "\n", "\u{0}", "\u{1f}", "\t", "é", "日本", "🔋", " ", "/"]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            let s = (0..<Int.random(in: 0...6, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }.joined()
+            let text = JSONValue.string(s).rendered
+            #expect(!text.utf8.contains(where: { $0 < 0x20 }), "no raw control byte in \(text.debugDescription)")
+            #expect(try JSONValue.parse(text) == .string(s), "\(s.debugDescription) → \(text)")
+        }
+    }
 }
 
 @Suite("The watcher as an AsyncSequence")

@@ -125,7 +125,7 @@ struct BoundaryTests {
         let app = Confinement.flatpak("org.example.Sandboxed")
         let denied = "ERR org.freedesktop.DBus.Error.AccessDenied"
         let calls: [(String, String)] = [("Submit", "(@a{sv} {}, ['touch', '\(p.dir.path)/escaped'])"), ("Cancel", "('mine',)"), ("CancelAll", "()"),
-                                         ("ListPending", "()"), ("ListPendingPage", "(@a{sv} {},)"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
+                                         ("ListPending", "()"), ("ListPendingPage", "(@a{sv} {},)"), ("ListPendingJSON", "(@a{sv} {},)"), ("ListRunning", "()"), ("DebugLaunch", "('mine',)"), ("DebugExpire", "('mine',)"),
                                          ("SetAppEnabled", "('com.example.Other', false)"), ("GetStatus", "()")]
         for (method, args) in calls {
             let r = try d.call(method, args, from: app, dir: p.dir)

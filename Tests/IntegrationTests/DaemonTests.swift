@@ -345,7 +345,7 @@ import dbus, random, string, sys
 random.seed(int(sys.argv[1]))
 bus = dbus.SessionBus()
 name, path, iface = "io.github.bgtask.Scheduler1", "/io/github/bgtask/Scheduler1", "io.github.bgtask.Scheduler1"
-methods = ["Submit", "Cancel", "CancelAll", "ListPending", "ListPendingPage", "ListRunning", "DebugLaunch", "DebugExpire", "GetStatus", "Nope",
+methods = ["Submit", "Cancel", "CancelAll", "ListPending", "ListPendingPage", "ListPendingJSON", "ListRunning", "DebugLaunch", "DebugExpire", "GetStatus", "Nope",
            "GetSupportedResources", "ListApps", "SetAppEnabled", "AppRegister", "AppReady", "AppSubmit", "AppCancel",
            "AppCancelAll", "AppPending", "AppComplete", "AppProgress", "AppUpdateTitle"]
 def rstr():

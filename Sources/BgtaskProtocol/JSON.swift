@@ -1,0 +1,81 @@
+import BgtaskBus
+import BgtaskJSON
+
+extension BusValue {
+    /// Keys that hold seconds since the epoch: each gets an ISO-8601 twin (`submitted_iso`) in local time.
+    public static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run", "likely_start"]
+
+    /// The value as `--json` prints it: a dictionary's keys sorted, each time followed by its `_iso` twin.
+    /// The CLI and bgtaskd (`ListPendingJSON`) both write with it, so a row reads the same whichever made it.
+    public var json: JSONValue {
+        switch self {
+        case .string(let s): return .string(s)
+        case .bool(let b): return .bool(b)
+        case .int64, .uint64, .uint32, .int32, .byte, .double: return .number(number ?? 0)
+        case .strings(let a): return .array(a.map { .string($0) })
+        case .dict(let d):
+            var fields: [(String, JSONValue)] = []
+            fields.reserveCapacity(d.count + 2)
+            for (k, v) in d.sorted(by: { $0.key < $1.key }) {
+                fields.append((k, v.json))
+                if BusValue.timeKeys.contains(k), let t = v.number { fields.append((k + "_iso", .string(isoText(t)))) }
+            }
+            return .object(fields)
+        case .dicts(let ds): return .array(ds.map { BusValue.dict($0).json })
+        case .tuple(let members), .array(_, let members): return .array(members.map(\.json))
+        case .variant(let inner): return inner.json
+        }
+    }
+
+    /// `json.rendered`, written straight from the value (no tree of JSON values in between): what bgtaskd writes
+    /// for each task of a `ListPendingJSON` page. `iso` keeps the last time's text, as tasks listed together were
+    /// mostly submitted in the same second.
+    public func writeJSON(into out: inout String, iso: inout (second: Double, text: String)) {
+        switch self {
+        case .string(let s): JSONValue.quote(s, into: &out)
+        case .bool(let b): out += b ? "true" : "false"
+        case .int64, .uint64, .uint32, .int32, .byte, .double: JSONValue.number(number ?? 0, into: &out)
+        case .strings(let a):
+            out += "["
+            for (i, s) in a.enumerated() { if i > 0 { out += "," }; JSONValue.quote(s, into: &out) }
+            out += "]"
+        case .dict(let d):
+            BusValue.writeJSON(entries: d.sorted(by: { $0.key < $1.key }).map { (key: $0.key, value: $0.value) }, into: &out, iso: &iso)
+        case .dicts(let ds):
+            out += "["
+            for (i, d) in ds.enumerated() { if i > 0 { out += "," }; BusValue.dict(d).writeJSON(into: &out, iso: &iso) }
+            out += "]"
+        case .tuple(let members), .array(_, let members):
+            out += "["
+            for (i, m) in members.enumerated() { if i > 0 { out += "," }; m.writeJSON(into: &out, iso: &iso) }
+            out += "]"
+        case .variant(let inner): inner.writeJSON(into: &out, iso: &iso)
+        }
+    }
+
+    /// An object of `entries`, already in sorted key order (a generated value's `entries`), as `writeJSON` writes
+    /// a dictionary.
+    public static func writeJSON(entries: [(key: String, value: BusValue)], into out: inout String, iso: inout (second: Double, text: String)) {
+        out += "{"
+        for (i, (k, v)) in entries.enumerated() {
+            if i > 0 { out += "," }
+            JSONValue.quote(k, into: &out)
+            out += ":"
+            v.writeJSON(into: &out, iso: &iso)
+            // Only numbers are looked up among the time keys (most values are strings).
+            switch v {
+            case .string, .strings, .bool, .dict, .dicts: continue
+            default: break
+            }
+            if BusValue.timeKeys.contains(k), let t = v.number {
+                let second = t.rounded(.down)
+                if iso.second != second { iso = (second, isoText(t)) }
+                out += ","
+                JSONValue.quote(k + "_iso", into: &out)
+                out += ":"
+                JSONValue.quote(iso.text, into: &out)
+            }
+        }
+        out += "}"
+    }
+}
