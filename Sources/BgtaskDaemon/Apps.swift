@@ -401,7 +401,7 @@ extension Daemon {
         bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
-            self.callers[name] = nil
+            self.service.callers[name] = nil
             self.queue.forgetSender(name)
             for c in self.roster.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
         }

@@ -15,40 +15,40 @@ import BgtaskRun
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
-    /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
-    var history = ReadingHistory()
     /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
     var midnightFD: Int32 = -1
-    /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
-    let journal = Journal()
+    /// Its state directory, lock, queue, audit trail and journal.
+    let files: StateFiles
+    var store: QueueStore { files.store }
+    var audit: AuditLog { files.audit }
+    var journal: Journal { files.journal }
+    var stateDir: String { files.directory }
     let options: DaemonOptions
     let loop = MainLoop()
     var events: EventLoop!
     let bus: BusConnection
-    var object: BusObject?
-    let store: QueueStore
-    let audit: AuditLog
-    /// The policy in force, as every supervisor refers to it (one reference each, not a copy).
-    var policyRef: PolicyRef
+    /// The exported object, the callers, what runs after a reply.
+    let service = BusService()
+    /// The policy in force, what is wrong with its layers, the watch on their directories.
+    let configuration: PolicyInForce
+    var policyRef: PolicyRef { configuration.ref }
     var policy: Policy {
-        get { policyRef.policy }
-        set { policyRef = PolicyRef(newValue) }
+        get { configuration.ref.policy }
+        set { configuration.ref = PolicyRef(newValue) }
     }
-    var policyWarning: String?
+    var policyWarning: String? {
+        get { configuration.warning }
+        set { configuration.warning = newValue }
+    }
     /// The queue in memory: waiting, resting and running tasks, admission, slots, budgets, what follows a run.
     var queue: Scheduler<Entry>
     var limits: Schedule.Limits { queue.limits }
     var pending: [String: Entry] { queue.waiting }
     var running: [String: Entry] { queue.running }
-    let stateDir: String
-    let outputDir: String
-    var lockFD: Int32 = -1
     var sequence = 0
     var stopping = false
     /// How far start-up has taken up the stored queue: after which row, and whether all of it (nil: not begun).
     var restoring: (after: (submitted: Double, id: String)?, done: Bool)?
-    /// Callers identified so far, by unique name (`caller(of:)`).
-    var callers: [String: Caller] = [:]
     /// logind's sleep and shutdown, and the delay locks held while work runs.
     lazy var sleep = SleepWatch { [unowned self] in self.say($0) }
     /// The apps: manifests, switches, connected clients, their tasks' views, the processes bgtaskd launched.
@@ -65,30 +65,17 @@ public final class Daemon {
         }))
     /// The user's systemd manager, where one runs: command tasks are its transient units (nil: bgtaskd's children).
     var systemd: SystemdUnits?
-    /// The policy layers' and manifests' directories, watched (nil without inotify).
-    var configWatch: ConfigWatch?
-    /// The configuration directories as they were when first read (`watchConfiguration`).
-    var configurationAtStart: [String] = []
-    /// The newest readings from the watcher (before the daemon's own conditions are added).
-    var readings: [String: PolicyValue]? { didSet { mergedConditions = nil } }
+    /// The newest readings, their merge with the daemon's own conditions, the history kept of them.
+    let current = CurrentReadings()
+    var readings: [String: PolicyValue]? {
+        get { current.latest }
+        set { current.latest = newValue }
+    }
     public private(set) var exitStatus: Int32 = 0
 
     public init(options: DaemonOptions) throws {
         self.options = options
-        do {
-            stateDir = try options.places.map { p throws(PathError) in try SecureDirectory.prepare(p.stateDirectory) } ?? StatePaths.preparedStateDirectory()
-            outputDir = try SecureDirectory.prepare(stateDir + "/output")
-        } catch { throw DaemonError(message: "state directory \(error)", status: ExitStatus.cantCreate) }
-        // One daemon per user and state directory, whatever bus it is on.
-        lockFD = open(stateDir + "/bgtaskd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard lockFD >= 0, flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
-            throw DaemonError(message: "another bgtaskd is running for \(stateDir) (its lock bgtaskd.lock is held)", status: ExitStatus.tempFail)
-        }
-        do {
-            store = try QueueStore(path: stateDir + "/" + QueueStore.file)
-            audit = try AuditLog(path: stateDir + "/" + StatePaths.auditFile)
-            audit.batching = true
-        } catch { throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate) }
+        files = try StateFiles(options)
         let atStart = ConfigWatch.fingerprint(Daemon.configurationDirectories(options))
         let (p, errors) = PolicyLayers.load(Daemon.policySources(options))
         // A broken layer in a policy directory is left out with a warning, the others in force: a daemon that
@@ -99,14 +86,11 @@ public final class Daemon {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
         }
-        if !errors.isEmpty {
-            policyWarning = "a policy layer does not load and is left out (the other layers are in force until it is fixed): "
-                + errors.map(\.description).joined(separator: "; ")
-        }
-        policyRef = PolicyRef(p)
-        configurationAtStart = atStart
+        let warning = errors.isEmpty ? nil : "a policy layer does not load and is left out (the other layers are in force until it is fixed): "
+            + errors.map(\.description).joined(separator: "; ")
+        configuration = PolicyInForce(p, warning: warning, atStart: atStart)
         queue = Scheduler(limits: Schedule.Limits(p.settings), now: monotonic(), day: Daemon.localDay(),
-                          usage: (try? store.usage(day: Daemon.localDay())) ?? [:], standing: (try? store.standing()) ?? [:],
+                          usage: (try? files.store.usage(day: Daemon.localDay())) ?? [:], standing: (try? files.store.standing()) ?? [:],
                           submitsPerSecond: RequestBounds.submitsPerSecond, submitBurst: RequestBounds.submitBurst)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.
@@ -127,7 +111,7 @@ public final class Daemon {
 
     /// Keeps what changed of the readings whose history is kept (`ReadingHistory`).
     func recordHistory(_ values: [String: PolicyValue]) {
-        let changes = history.changes(values, now: wallClockNow())
+        let changes = current.history.changes(values, now: wallClockNow())
         guard !changes.isEmpty else { return }
         do { try store.recordTransitions(changes) } catch { say("cannot keep the readings' history: \(error)") }
     }
@@ -182,7 +166,7 @@ public final class Daemon {
         audit.flush()
 
         do {
-            object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerBus.xml) { [unowned self] call in
+            service.object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerBus.xml) { [unowned self] call in
                 let r = self.handle(call)
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
@@ -195,11 +179,11 @@ public final class Daemon {
                 return r
             }
             // So does a call refused for its size: GDBus had read all of it before it was seen.
-            object!.onOversized = { [unowned self] in
+            service.object!.onOversized = { [unowned self] in
                 self.quiet.rearm(now: monotonic())
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
             }
-            guard try object!.ownName(SchedulerBus.name) else {
+            guard try service.object!.ownName(SchedulerBus.name) else {
                 throw DaemonError(message: "\(SchedulerBus.name) is already owned on this bus: another bgtaskd runs", status: ExitStatus.tempFail)
             }
         } catch let e as BusError {
@@ -247,11 +231,11 @@ public final class Daemon {
     /// Made once per change and kept: every supervisor then holds the same dictionary storage (copy on write),
     /// where a fresh merge per task cost each of 10,000 pending tasks its own copy.
     var conditions: [String: PolicyValue]? {
-        if let c = mergedConditions { return c }
+        if let c = current.merged { return c }
         guard var c = readings ?? events?.currentConditions else { return nil }
         c["system.preparing_sleep"] = .bool(sleep.preparing)
         // Before the first readings the watcher's own may still change under us: not kept.
-        if readings != nil { mergedConditions = c }
+        if readings != nil { current.merged = c }
         return c
     }
     /// What ProcessInfo's thermalState and isLowPowerModeEnabled read in an app (GetConditions, ConditionsChanged).
@@ -261,8 +245,6 @@ public final class Daemon {
         if case .bool(let b)? = readings?["system.power_saver"] { c.lowPowerMode = b }
         return c
     }
-    /// Dropped whenever `readings` or `sleeping` change.
-    var mergedConditions: [String: PolicyValue]?
 
     /// One evaluation of the conditions as they are now, for many tasks (nil before the first readings).
     func evaluator() -> Policy.Evaluator? {
@@ -338,8 +320,6 @@ public final class Daemon {
     }
 
 
-    /// What a call does once its reply has gone (messages and signals the caller does not wait for).
-    var afterReply: [() -> Void] = []
 
     /// Set when a task began to rest since the last round: whether zones must be read is asked again then (a
     /// resting task has no supervisor for the loop to ask).
@@ -366,9 +346,9 @@ public final class Daemon {
 
     /// After every round of events: ends what is done, lets waiting work take freed slots, re-arms the timer.
     func afterRound(conditionsChanged: Bool) {
-        if !afterReply.isEmpty {
-            let due = afterReply
-            afterReply = []
+        if !service.afterReply.isEmpty {
+            let due = service.afterReply
+            service.afterReply = []
             for f in due { f() }
         }
         let now = monotonic()

@@ -18,9 +18,9 @@ extension Daemon {
     /// Who sent `call`, established once per connection (unique names are never reused on a bus) and
     /// forgotten when it leaves. Anything that cannot be established is a refusal (`CallerCheck`).
     func caller(of call: BusCall) -> Result<Caller, BusError> {
-        if let c = callers[call.sender] { return .success(c) }
+        if let c = service.callers[call.sender] { return .success(c) }
         let receivedAt = CallerCheck.ticksSinceBoot()
-        switch CallerCheck().identify(object?.credentials(of: call.sender), receivedAt: receivedAt) {
+        switch CallerCheck().identify(service.object?.credentials(of: call.sender), receivedAt: receivedAt) {
         case .failure(let why):
             return .failure(SchedulerError.accessDenied("bgtaskd cannot establish who is calling: \(why)"))
         case .success(let c):
@@ -28,8 +28,8 @@ extension Daemon {
             guard c.uid == getuid() else {
                 return .failure(SchedulerError.accessDenied("bgtaskd serves only uid \(getuid())"))
             }
-            if callers.count >= 4096 { callers = [:] }
-            callers[call.sender] = c
+            if service.callers.count >= 4096 { service.callers = [:] }
+            service.callers[call.sender] = c
             return .success(c)
         }
     }
@@ -187,7 +187,7 @@ extension Daemon {
         let replaced = queue.removeWaiting(id) != nil
         add(row)
         // Said and signalled once the reply is on its way: neither is what the caller waits for.
-        afterReply.append { [unowned self] in
+        service.afterReply.append { [unowned self] in
             self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
             self.bus.emit(.taskChanged, [.string(id), .string("pending")])
         }

@@ -117,13 +117,13 @@ extension Daemon {
             self.reload()
             self.afterRound(conditionsChanged: false)
         }
-        configWatch = ConfigWatch(loop: loop, directories: { [unowned self] in self.configurationDirectories }, changed: reread)
-        if configWatch == nil {
+        configuration.watch = ConfigWatch(loop: loop, directories: { [unowned self] in self.configurationDirectories }, changed: reread)
+        if configuration.watch == nil {
             say("cannot watch the policy files and manifests (inotify: \(String(cString: strerror(errno)))); reload with SIGHUP")
-        } else if ConfigWatch.fingerprint(configurationDirectories) != configurationAtStart {
+        } else if ConfigWatch.fingerprint(configurationDirectories) != configuration.atStart {
             loop.after(0, reread)   // written after it was read, before the watches were there
         }
-        configurationAtStart = []
+        configuration.atStart = []
     }
 
     var configurationDirectories: [String] { Daemon.configurationDirectories(options) }

@@ -95,7 +95,7 @@ extension Daemon {
     func watchSleep() {
         guard options.watchSleep else { return }
         sleep.changed = { [unowned self] going, what in
-            self.mergedConditions = nil   // system.preparing_sleep changed
+            self.current.merged = nil   // system.preparing_sleep changed
             if going {
                 self.say("the machine is going to \(what): the policy decides for \(self.running.count) running task(s)")
                 self.deliver(now: monotonic())

@@ -1,0 +1,83 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskAudit
+import BgtaskBus
+import BgtaskConfig
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskQueue
+import BgtaskRun
+
+/// What bgtaskd keeps on disk, opened together at start: its state directory (the user's own, not a link), the lock
+/// that makes it the only daemon for that directory, the queue, the audit trail, and the journal beside them.
+final class StateFiles {
+    let directory: String
+    let output: String
+    /// Held for the daemon's life (flock): a second bgtaskd on the same directory is refused.
+    let lockFD: Int32
+    let store: QueueStore
+    let audit: AuditLog
+    /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
+    let journal = Journal()
+
+    init(_ options: DaemonOptions) throws(DaemonError) {
+        do {
+            directory = try options.places.map { p throws(PathError) in try SecureDirectory.prepare(p.stateDirectory) } ?? StatePaths.preparedStateDirectory()
+            output = try SecureDirectory.prepare(directory + "/output")
+        } catch { throw DaemonError(message: "state directory \(error)", status: ExitStatus.cantCreate) }
+        // One daemon per user and state directory, whatever bus it is on.
+        lockFD = open(directory + "/bgtaskd.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard lockFD >= 0, flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
+            if lockFD >= 0 { close(lockFD) }
+            throw DaemonError(message: "another bgtaskd is running for \(directory) (its lock bgtaskd.lock is held)", status: ExitStatus.tempFail)
+        }
+        do {
+            store = try QueueStore(path: directory + "/" + QueueStore.file)
+            audit = try AuditLog(path: directory + "/" + StatePaths.auditFile)
+            audit.batching = true
+        } catch {
+            close(lockFD)
+            throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate)
+        }
+    }
+}
+
+/// The policy in force and how it is kept: the layers as loaded, what did not load, and the watch on their
+/// directories (a change reloads; a broken file keeps the last good policy).
+final class PolicyInForce {
+    /// As every supervisor refers to it (one reference each, not a copy).
+    var ref: PolicyRef
+    /// What is wrong with the layers now (a file left out, a reload refused), for `status` and the log.
+    var warning: String?
+    /// The policy layers' and manifests' directories, watched (nil without inotify).
+    var watch: ConfigWatch?
+    /// The configuration directories as they were when first read (`Daemon.watchConfiguration`).
+    var atStart: [String]
+    init(_ policy: Policy, warning: String?, atStart: [String]) {
+        ref = PolicyRef(policy)
+        self.warning = warning
+        self.atStart = atStart
+    }
+}
+
+/// The bus service's own state: the exported object, who has called (by unique name), and what a call does once
+/// its reply has gone.
+final class BusService {
+    var object: BusObject?
+    /// Callers identified so far, by unique name (`Daemon.caller(of:)`), bounded.
+    var callers: [String: Caller] = [:]
+    /// Messages and signals the caller does not wait for, run in the round after the reply.
+    var afterReply: [() -> Void] = []
+}
+
+/// The conditions as bgtaskd last heard them: the watcher's newest readings, their merge with the daemon's own
+/// (`system.preparing_sleep`) made once per change, and which changes go into the readings' history.
+final class CurrentReadings {
+    /// The newest readings from the watcher (before the daemon's own conditions are added).
+    var latest: [String: PolicyValue]? { didSet { merged = nil } }
+    /// Dropped whenever the readings or the sleep state change (`Daemon.conditions`).
+    var merged: [String: PolicyValue]?
+    /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
+    var history = ReadingHistory()
+}
