@@ -202,8 +202,9 @@ public final class Daemon {
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {
                 self.readings = values
-                self.recordHistory(values)
                 self.deliver(now: monotonic())
+                // After the tasks it starts: a start waits for no write of the history.
+                self.recordHistory(values)
                 let c = self.appConditions
                 if c != self.roster.announced {
                     self.roster.announced = c

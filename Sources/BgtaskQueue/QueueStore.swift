@@ -304,6 +304,15 @@ public final class QueueStore: @unchecked Sendable {
 
     /// The requests in `state` of the given ids (those that are there), read 500 at a time.
     public func rows(ids: [String], state: String) throws -> [QueuedTask] {
+        // A few (the first in line for a slot): one prepared statement each, in one read, not an IN list made anew.
+        // Outside a transaction (GRDB's read adds four statements around one): each SELECT is its own snapshot, and
+        // the daemon, the only writer, is the caller.
+        if ids.count <= 16 {
+            return try db.inDatabase { db in
+                let statement = try db.cachedStatement(sql: QueueStore.getSQL)
+                return try ids.compactMap { try QueuedTask.fetchOne(statement, arguments: [$0, state]) }
+            }
+        }
         var out: [QueuedTask] = []
         var i = 0
         while i < ids.count {
@@ -322,8 +331,11 @@ public final class QueueStore: @unchecked Sendable {
     }
 
     public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
-        try db.read { try QueuedTask.fetchOne($0, key: ["id": id, "state": state]) }
+        try db.read { try QueuedTask.fetchOne($0.cachedStatement(sql: QueueStore.getSQL), arguments: [id, state]) }
     }
+    /// One row by its key, prepared once: the rows of the first tasks in line for a slot are read one by one, on
+    /// the way from a charger plug to their start.
+    static let getSQL = "SELECT " + QueuedTask.columns.joined(separator: ", ") + " FROM request WHERE id = ? AND state = ?"
 
     /// Inserts or replaces (one request per identifier and state).
     public func put(_ t: QueuedTask) throws {
@@ -341,11 +353,13 @@ public final class QueueStore: @unchecked Sendable {
     public func markRunning(_ t: QueuedTask) throws {
         var r = t
         r.state = "running"
+        // Prepared statements, kept: this write is on the way from a charger plug to the task's start.
         try db.write { db in
-            try QueuedTask.deleteOne(db, key: ["id": t.id, "state": "pending"])
-            try r.save(db)
+            try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [t.id, "pending"])
+            try db.cachedStatement(sql: QueueStore.putSQL).execute(arguments: StatementArguments(r.values))
         }
     }
+    static let deleteSQL = "DELETE FROM request WHERE id = ? AND state = ?"
 
     @discardableResult
     public func remove(_ id: String, state: String) throws -> Bool {

@@ -28,5 +28,15 @@ struct QueueStoreTests {
         #expect(try store.rows(ids: ["t2", "t0"], state: "running").sorted { $0.id < $1.id } == [rows[0], rows[2]])
         #expect(try store.page(state: "running", after: (rows[0].submitted, "t0"), limit: 5) == [rows[1], rows[2]])
         #expect(try store.all(state: "running") == rows)
+        // Many ids at once (an IN list, in chunks) read the same rows as a few (one prepared statement each).
+        let many = (0..<40).map { i -> QueuedTask in var r = Self.fullRow("m\(i)", submitted: 1_764_100_000 + Double(i)); r.state = "pending"; return r }
+        for r in many { try store.put(r) }
+        #expect(try store.rows(ids: many.map(\.id), state: "pending").sorted { $0.submitted < $1.submitted } == many)
+        // Marking one running moves it: no pending row is left, the running one has every column.
+        try store.markRunning(many[3])
+        var running = many[3]
+        running.state = "running"
+        #expect(try store.get("m3", state: "pending") == nil)
+        #expect(try store.get("m3", state: "running") == running)
     }
 }
