@@ -3,6 +3,7 @@
 #endif
 import BgtaskBus
 import BgtaskConfig
+import BgtaskJSON
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProtocol
@@ -87,13 +88,13 @@ extension Daemon {
             }
             if method == .listPendingPage { return .success([.dicts(page.tasks.map(\.variant)), .string(page.next)]) }
             // Each task as `bgtask pending --json` prints it, one a line: one string for the page.
-            var lines = ""
+            var lines = JSONBytes(capacity: page.tasks.count * 512)
             var iso = (second: Double.nan, text: "")
-            for t in page.tasks {
-                if !lines.isEmpty { lines += "\n" }
-                BusValue.writeJSON(entries: t.entries, into: &lines, iso: &iso)
+            for (i, t) in page.tasks.enumerated() {
+                if i > 0 { lines.byte(0x0A) }
+                BusValue.writeJSON(object: t.forEachEntry, into: &lines, iso: &iso)
             }
-            return .success([.string(lines), .string(page.next)])
+            return .success([.string(lines.text), .string(page.next)])
         case .listRunning:
             return .success([.dicts(listRunning().map(\.variant))])
         case .debugLaunch:

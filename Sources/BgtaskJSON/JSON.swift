@@ -93,6 +93,56 @@ public indirect enum JSONValue: Sendable, Equatable {
     }
 }
 
+/// JSON text written as bytes: what a long listing is written into. An append to a `[UInt8]` is a copy; a String's
+/// small appends each check its storage and count, and were most of writing a page of 10,000 tasks.
+public struct JSONBytes {
+    public var bytes: [UInt8] = []
+    public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
+    /// The text so far.
+    public var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    public mutating func raw(_ s: StaticString) {
+        s.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+    public mutating func byte(_ b: UInt8) { bytes.append(b) }
+
+    /// A string as a JSON literal, as `JSONValue.quote` writes it.
+    public mutating func string(_ s: String) {
+        bytes.append(0x22)
+        var text = s
+        text.withUTF8 { u in
+            var run = 0
+            for i in 0..<u.count {
+                let b = u[i]
+                guard b < 0x20 || b == 0x22 || b == 0x5C else { continue }
+                if run < i { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: u[run..<i])) }
+                switch b {
+                case 0x22: raw("\\\"")
+                case 0x5C: raw("\\\\")
+                case 0x0A: raw("\\n")
+                case 0x0D: raw("\\r")
+                case 0x09: raw("\\t")
+                default:
+                    raw("\\u00")
+                    let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                    bytes.append(hex[Int(b >> 4)])
+                    bytes.append(hex[Int(b & 0xF)])
+                }
+                run = i + 1
+            }
+            if run < u.count { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: u[run...])) }
+        }
+        bytes.append(0x22)
+    }
+
+    /// A number as `JSONValue.number` writes it.
+    public mutating func number(_ n: Double) {
+        var text = ""
+        JSONValue.number(n, into: &text)
+        bytes.append(contentsOf: text.utf8)
+    }
+}
+
 extension JSONValue {
     public init(_ v: Bool?) { self = v.map(JSONValue.bool) ?? .null }
     public init(_ v: Double?) { self = v.map(JSONValue.number) ?? .null }

@@ -27,55 +27,63 @@ extension BusValue {
         }
     }
 
-    /// `json.rendered`, written straight from the value (no tree of JSON values in between): what bgtaskd writes
-    /// for each task of a `ListPendingJSON` page. `iso` keeps the last time's text, as tasks listed together were
-    /// mostly submitted in the same second.
-    public func writeJSON(into out: inout String, iso: inout (second: Double, text: String)) {
+    /// `json.rendered`, written straight from the value as bytes (no tree of JSON values in between): what bgtaskd
+    /// writes for each task of a `ListPendingJSON` page. `iso` keeps the last time's text, as tasks listed together
+    /// were mostly submitted in the same second.
+    public func writeJSON(into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
         switch self {
-        case .string(let s): JSONValue.quote(s, into: &out)
-        case .bool(let b): out += b ? "true" : "false"
-        case .int64, .uint64, .uint32, .int32, .byte, .double: JSONValue.number(number ?? 0, into: &out)
+        case .string(let s): out.string(s)
+        case .bool(let b): if b { out.raw("true") } else { out.raw("false") }
+        case .int64, .uint64, .uint32, .int32, .byte, .double: out.number(number ?? 0)
         case .strings(let a):
-            out += "["
-            for (i, s) in a.enumerated() { if i > 0 { out += "," }; JSONValue.quote(s, into: &out) }
-            out += "]"
+            out.byte(0x5B)
+            for (i, s) in a.enumerated() { if i > 0 { out.byte(0x2C) }; out.string(s) }
+            out.byte(0x5D)
         case .dict(let d):
             BusValue.writeJSON(entries: d.sorted(by: { $0.key < $1.key }).map { (key: $0.key, value: $0.value) }, into: &out, iso: &iso)
         case .dicts(let ds):
-            out += "["
-            for (i, d) in ds.enumerated() { if i > 0 { out += "," }; BusValue.dict(d).writeJSON(into: &out, iso: &iso) }
-            out += "]"
+            out.byte(0x5B)
+            for (i, d) in ds.enumerated() { if i > 0 { out.byte(0x2C) }; BusValue.dict(d).writeJSON(into: &out, iso: &iso) }
+            out.byte(0x5D)
         case .tuple(let members), .array(_, let members):
-            out += "["
-            for (i, m) in members.enumerated() { if i > 0 { out += "," }; m.writeJSON(into: &out, iso: &iso) }
-            out += "]"
+            out.byte(0x5B)
+            for (i, m) in members.enumerated() { if i > 0 { out.byte(0x2C) }; m.writeJSON(into: &out, iso: &iso) }
+            out.byte(0x5D)
         case .variant(let inner): inner.writeJSON(into: &out, iso: &iso)
         }
     }
 
     /// An object of `entries`, already in sorted key order (a generated value's `entries`), as `writeJSON` writes
     /// a dictionary.
-    public static func writeJSON(entries: [(key: String, value: BusValue)], into out: inout String, iso: inout (second: Double, text: String)) {
-        out += "{"
-        for (i, (k, v)) in entries.enumerated() {
-            if i > 0 { out += "," }
-            JSONValue.quote(k, into: &out)
-            out += ":"
+    public static func writeJSON(entries: [(key: String, value: BusValue)], into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
+        writeJSON(object: { body in for (k, v) in entries { body(k, v) } }, into: &out, iso: &iso)
+    }
+
+    /// An object whose entries `object` gives in sorted key order (a generated value's `forEachEntry`): no list of
+    /// them is made.
+    public static func writeJSON(object: ((String, BusValue) -> Void) -> Void, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
+        out.byte(0x7B)
+        var first = true
+        object { k, v in
+            if !first { out.byte(0x2C) }
+            first = false
+            out.string(k)
+            out.byte(0x3A)
             v.writeJSON(into: &out, iso: &iso)
             // Only numbers are looked up among the time keys (most values are strings).
             switch v {
-            case .string, .strings, .bool, .dict, .dicts: continue
+            case .string, .strings, .bool, .dict, .dicts: return
             default: break
             }
             if BusValue.timeKeys.contains(k), let t = v.number {
                 let second = t.rounded(.down)
                 if iso.second != second { iso = (second, isoText(t)) }
-                out += ","
-                JSONValue.quote(k + "_iso", into: &out)
-                out += ":"
-                JSONValue.quote(iso.text, into: &out)
+                out.byte(0x2C)
+                out.string(k + "_iso")
+                out.byte(0x3A)
+                out.string(iso.text)
             }
         }
-        out += "}"
+        out.byte(0x7D)
     }
 }

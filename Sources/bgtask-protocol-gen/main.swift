@@ -270,14 +270,16 @@ func generate(_ node: Element, source: String, xml: String) throws -> String {
             }
             o += "        return d\n    }\n\n"
             // The same keys in sorted order, with no dictionary between: what `--json` writes, at listing speed.
-            o += "    /// Its keys and values in sorted key order (absent keys left out), as `--json` writes them.\n"
-            o += "    public var entries: [(key: String, value: BusValue)] {\n        var e: [(key: String, value: BusValue)] = []\n"
-            o += "        e.reserveCapacity(\(fs.count))\n"
+            o += "    /// Its keys and values in sorted key order (absent keys left out), as `--json` writes them, one call each.\n"
+            o += "    public func forEachEntry(_ body: (String, BusValue) -> Void) {\n"
             for f in fs.sorted(by: { $0.key < $1.key }) {
-                if f.required { o += "        do { let x = \(camel(f.key)); e.append((\(literal(f.key)), \(f.type.encode))) }\n" }
-                else { o += "        if let x = \(camel(f.key)) { e.append((\(literal(f.key)), \(f.type.encode))) }\n" }
+                if f.required { o += "        do { let x = \(camel(f.key)); body(\(literal(f.key)), \(f.type.encode)) }\n" }
+                else { o += "        if let x = \(camel(f.key)) { body(\(literal(f.key)), \(f.type.encode)) }\n" }
             }
-            o += "        return e\n    }\n}\n\n"
+            o += "    }\n\n"
+            o += "    /// The same as a list.\n"
+            o += "    public var entries: [(key: String, value: BusValue)] {\n"
+            o += "        var e: [(key: String, value: BusValue)] = []\n        forEachEntry { e.append(($0, $1)) }\n        return e\n    }\n}\n\n"
         }
     }
     return o
