@@ -63,33 +63,11 @@ public indirect enum JSONValue: Sendable, Equatable {
         else { out += "null" }
     }
 
-    /// A string as a JSON literal. Runs of bytes that need no escape are copied whole (a listing of 100,000 tasks
-    /// quotes millions of strings; one scalar at a time was most of its time).
+    /// A string as a JSON literal (`JSONBytes.string`: one escaping rule for both writers).
     public static func quote(_ s: String, into out: inout String) {
-        out += "\""
-        var text = s
-        text.withUTF8 { bytes in
-            var run = 0
-            for i in 0..<bytes.count {
-                let b = bytes[i]
-                guard b < 0x20 || b == 0x22 || b == 0x5C else { continue }
-                if run < i { out += String(decoding: UnsafeBufferPointer(rebasing: bytes[run..<i]), as: UTF8.self) }
-                switch b {
-                case 0x22: out += "\\\""
-                case 0x5C: out += "\\\\"
-                case 0x0A: out += "\\n"
-                case 0x0D: out += "\\r"
-                case 0x09: out += "\\t"
-                default:
-                    let h = String(b, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
-                }
-                run = i + 1
-            }
-            if run == 0 { out += s }
-            else if run < bytes.count { out += String(decoding: UnsafeBufferPointer(rebasing: bytes[run...]), as: UTF8.self) }
-        }
-        out += "\""
+        var b = JSONBytes(capacity: s.utf8.count + 2)
+        b.string(s)
+        out += b.text
     }
 }
 

@@ -176,9 +176,6 @@ struct JSONTests {
             let text = JSONValue.string(s).rendered
             #expect(!text.utf8.contains(where: { $0 < 0x20 }), "no raw control byte in \(text.debugDescription)")
             #expect(try JSONValue.parse(text) == .string(s), "\(s.debugDescription) → \(text)")
-            var bytes = JSONBytes()
-            bytes.string(s)
-            #expect(bytes.text == text, "the byte writer quotes as the string writer does")
         }
     }
 }
