@@ -12,11 +12,13 @@ final class MockLogind {
     var bus: PrivateBus { services.bus }
     static let session = "org.freedesktop.login1.Session"
 
-    /// CLOCK_MONOTONIC in µs, `seconds` ago: logind's IdleSinceHintMonotonic.
+    /// CLOCK_MONOTONIC in µs, `seconds` ago: logind's IdleSinceHintMonotonic. On a machine up for less than that,
+    /// 1 µs after boot (the earliest it can say; 0 means "not given"), not an overflow.
     static func monotonicUs(ago seconds: Double) -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000 - UInt64(seconds * 1_000_000)
+        let now = UInt64(ts.tv_sec) * 1_000_000 + UInt64(ts.tv_nsec) / 1000, ago = UInt64(seconds * 1_000_000)
+        return now > ago ? now - ago : 1
     }
 
     init() throws {
