@@ -1,14 +1,25 @@
 import BgtaskPolicy
 
+/// What a resting task's supervisor knew (bgtaskd: its holds, last decision, why it waits), kept once per group of
+/// tasks alike (`Scheduler.rest`).
+public protocol RestState {
+    /// Whether a task resting on `self` may join the group resting on `other`: a task woken from the group takes up
+    /// the group's state as its own, so what decides (holds) must agree; what only tells (the readings in a reason)
+    /// may differ, and the group keeps the newest.
+    func sharesGroup(with other: Self) -> Bool
+}
+
 /// The queue in memory, pure: which tasks wait, which of those rest, which run, and the rules between them that
 /// are not one task's conditions — admission (per-app and per-kind limits, the submit rate), slots
 /// (`daemon.max_running`, CPU-heavy work, one run of an id at a time), an app's daily battery budget and its
 /// standing, and what follows a run's end (`RunEnd`). Times are given, never read, so its tests drive it in
-/// virtual time as `TaskMachine`'s do. bgtaskd keeps one, with an `Item` (its supervisor and stored row) per task.
+/// virtual time as `TaskMachine`'s do. bgtaskd keeps one, with an `Item` (its supervisor and stored row) per awake
+/// task and a `Rest` (what a supervisor knew: holds, decision, reason) per group of resting tasks alike.
 ///
 /// What it costs follows what changes: counts per app are kept, not counted; a freed slot re-decides only the tasks
-/// a slot or a budget held back; a change of conditions asks one verdict per class of resting tasks alike (`wake`).
-public struct Scheduler<Item> {
+/// a slot or a budget held back; a change of conditions asks one verdict per class of resting tasks alike (`wake`);
+/// and a resting task is an id and its submission time in its group, nothing more (its row is the caller's store's).
+public struct Scheduler<Item, Rest: RestState> {
     /// What the queue's rules read of a task; its process, story and stored row stay with `Item`.
     public struct Job: Sendable, Equatable {
         public var fields: TaskFields
@@ -24,17 +35,16 @@ public struct Scheduler<Item> {
         public var id: String { fields.id }
     }
 
-    /// Waiting tasks, and the tasks running now, by id. An id can be in both: a request submitted while its
-    /// previous run is still running waits for that run's end.
-    public private(set) var waiting: [String: Item] = [:]
+    /// Waiting tasks that are awake (the ones a change of conditions, a timer or a midnight must be told of), and
+    /// the tasks running now, by id. An id can be waiting and running at once: a request submitted while its
+    /// previous run is still running waits for that run's end. Resting tasks are in `groups`.
+    public private(set) var awake: [String: Item] = [:]
     public private(set) var running: [String: Item] = [:]
-    private var waitingJobs: [String: Job] = [:]
+    private var awakeJobs: [String: Job] = [:]
     private var runningJobs: [String: Job] = [:]
-    /// Every waiting id in submission order (then by id), kept sorted as requests come and go: listings page
-    /// through it and slots are offered in it without sorting the queue.
+    /// Every awake waiting id in submission order (then by id), kept sorted as requests come and go: slots are
+    /// offered in it without sorting the queue.
     private var order: [Position] = []
-    /// Waiting ids that do not rest: the ones a change of conditions, a timer or a midnight must be told of.
-    public private(set) var awake: Set<String> = []
     /// Waiting requests counted per app and per app and kind (admission asks these on every submit).
     private var counts = Counts()
     public private(set) var load = Schedule.Load()
@@ -47,8 +57,11 @@ public struct Scheduler<Item> {
     private var submitRate: SubmitRate
     /// Waiting ids that a slot or a budget held back when they asked (`slot`): re-decided when one frees.
     private var heldBack: Set<String> = []
-    /// Resting tasks, by class and the verdict they rest on (see `wake`).
-    private var rests = Rests()
+    /// Resting tasks, in groups alike (see `rest`, `wake`): few, found by a scan.
+    private var groups: [Group] = []
+    /// Beyond this many groups a task that could rest stays awake: tasks that each rest on a state of their own
+    /// (holds begun at different times) would make a group each, and every look-up a scan of them.
+    public static var maxGroups: Int { 64 }
 
     private struct Counts {
         var perApp: [String: Int] = [:]
@@ -56,11 +69,35 @@ public struct Scheduler<Item> {
         var perAppKind: [AppKind: Int] = [:]
     }
 
-    private struct Rests {
-        var byKey: [RestKey: Set<String>] = [:]
-        var keyOf: [String: RestKey] = [:]
-        /// One task of each class, for its verdict (any does: no rule that reads identity lets a task rest).
-        var fields: [RestClass: TaskFields] = [:]
+    /// Resting tasks of one class and app that rest on one verdict and on rests that share a group: a change of
+    /// conditions asks the class's verdict once, and the tasks are told apart by their id and submission time alone.
+    private struct Group {
+        var key: RestKey
+        var app: String?
+        var rest: Rest
+        /// One task's fields of the class, for its verdict (any does: no rule that reads identity lets a task rest).
+        var fields: TaskFields
+        /// Its tasks: id → when submitted.
+        var ids: [String: Double] = [:]
+        func job(_ id: String, submitted: Double) -> Job {
+            var f = fields
+            f.id = id
+            return Job(fields: f, app: app, submitted: submitted)
+        }
+    }
+
+    /// A resting task taken out of its group (`wake`, `wakeOne`): it has left the queue's books until `add`ed again.
+    public struct Woken {
+        public var job: Job
+        public var rest: Rest
+        public var id: String { job.id }
+    }
+
+    /// What `removeWaiting` took out: an awake task's item, or a resting task's rest.
+    public enum Removed {
+        case awake(Item)
+        case resting(Rest)
+        public var item: Item? { if case .awake(let i) = self { return i } else { return nil } }
     }
 
     /// A place in the submission order, and the cursor of a listing's page.
@@ -122,46 +159,62 @@ public struct Scheduler<Item> {
 
     /// A waiting request, awake; one already waiting under its id is replaced (and returned).
     @discardableResult
-    public mutating func add(_ job: Job, _ item: Item) -> Item? {
+    public mutating func add(_ job: Job, _ item: Item) -> Removed? {
         let old = removeWaiting(job.id)
-        waiting[job.id] = item
-        waitingJobs[job.id] = job
+        awake[job.id] = item
+        awakeJobs[job.id] = job
         let p = Position(submitted: job.submitted, id: job.id)
         // New requests come last in the order (they were submitted now): an append, not a search.
         if let last = order.last, p < last { order.insert(p, at: firstIndex(notBefore: p)) } else { order.append(p) }
-        awake.insert(job.id)
-        if let a = job.app {
-            counts.perApp[a, default: 0] += 1
-            counts.perAppKind[AppKind(app: a, kind: job.fields.kind), default: 0] += 1
-        } else {
-            counts.commands += 1
-        }
+        count(job, +1)
         return old
     }
 
-    /// Takes a waiting request out (cancelled, replaced, or supervised anew).
+    private mutating func count(_ job: Job, _ n: Int) {
+        if let a = job.app {
+            counts.perApp[a] = (counts.perApp[a] ?? 0) + n > 0 ? (counts.perApp[a] ?? 0) + n : nil
+            let k = AppKind(app: a, kind: job.fields.kind)
+            counts.perAppKind[k] = (counts.perAppKind[k] ?? 0) + n > 0 ? (counts.perAppKind[k] ?? 0) + n : nil
+        } else {
+            counts.commands += n
+        }
+    }
+
+    /// Takes a waiting request out, awake or resting (cancelled, replaced, or supervised anew).
     @discardableResult
-    public mutating func removeWaiting(_ id: String) -> Item? {
-        guard let item = waiting.removeValue(forKey: id), let job = waitingJobs.removeValue(forKey: id) else { return nil }
+    public mutating func removeWaiting(_ id: String) -> Removed? {
+        if let item = takeAwake(id) {
+            count(awakeJobs.removeValue(forKey: id)!, -1)
+            return .awake(item)
+        }
+        guard let w = takeResting(id) else { return nil }
+        count(w.job, -1)
+        return .resting(w.rest)
+    }
+
+    /// An awake task out of the awake indexes (its job stays, for the caller to move or drop).
+    private mutating func takeAwake(_ id: String) -> Item? {
+        guard let item = awake.removeValue(forKey: id), let job = awakeJobs[id] else { return nil }
         let p = Position(submitted: job.submitted, id: id)
         let i = firstIndex(notBefore: p)
         if i < order.count, order[i] == p { order.remove(at: i) }
-        unrest(id)
-        awake.remove(id)
         heldBack.remove(id)
-        if let a = job.app {
-            counts.perApp[a] = counts.perApp[a]! > 1 ? counts.perApp[a]! - 1 : nil
-            let k = AppKind(app: a, kind: job.fields.kind)
-            counts.perAppKind[k] = counts.perAppKind[k]! > 1 ? counts.perAppKind[k]! - 1 : nil
-        } else {
-            counts.commands -= 1
-        }
         return item
+    }
+
+    /// A resting task out of its group (an emptied group goes).
+    private mutating func takeResting(_ id: String) -> Woken? {
+        guard let g = groups.firstIndex(where: { $0.ids[id] != nil }), let submitted = groups[g].ids.removeValue(forKey: id) else { return nil }
+        let w = Woken(job: groups[g].job(id, submitted: submitted), rest: groups[g].rest)
+        if groups[g].ids.isEmpty { groups.remove(at: g) }
+        return w
     }
 
     /// A waiting request started: it runs now, and takes a slot.
     public mutating func start(_ id: String) {
-        guard let job = waitingJobs[id], let item = removeWaiting(id) else { return }
+        guard let job = awakeJobs[id], let item = takeAwake(id) else { return }
+        awakeJobs[id] = nil
+        count(job, -1)
         running[id] = item
         runningJobs[id] = job
         load.running += 1
@@ -174,12 +227,26 @@ public struct Scheduler<Item> {
         guard let item = running.removeValue(forKey: id), let job = runningJobs.removeValue(forKey: id) else { return (nil, []) }
         load.running -= 1
         if job.fields.cpuHeavy { load.heavy -= 1 }
-        let again = heldBack.filter { awake.contains($0) }
+        let again = heldBack.filter { awake[$0] != nil }
         heldBack = []
         return (item, Array(again))
     }
 
-    public func job(_ id: String) -> Job? { waitingJobs[id] ?? runningJobs[id] }
+    /// What the queue's rules read of a waiting (awake or resting) or running task.
+    public func job(_ id: String) -> Job? {
+        if let j = awakeJobs[id] ?? runningJobs[id] { return j }
+        for g in groups { if let t = g.ids[id] { return g.job(id, submitted: t) } }
+        return nil
+    }
+
+    /// Whether `id` waits, awake or resting.
+    public func isWaiting(_ id: String) -> Bool { awake[id] != nil || isResting(id) }
+
+    /// Every waiting id of `app` (nil: the command tasks), awake or resting, in no order.
+    public func waitingIDs(app: String?) -> [String] {
+        awakeJobs.values.filter { $0.app == app }.map(\.id) + groups.filter { $0.app == app }.flatMap(\.ids.keys)
+    }
+
 
     /// The index of the first position not before `p` in the submission order.
     private func firstIndex(notBefore p: Position) -> Int {
@@ -191,9 +258,10 @@ public struct Scheduler<Item> {
         return lo
     }
 
-    /// At most `limit` waiting ids after `after` (from the first if nil), in submission order, and whether more
-    /// follow: one page of a listing, found by a binary search, whatever came and went since the last page.
-    public func waitingInOrder(after: Position? = nil, limit: Int = .max) -> (ids: [String], more: Bool) {
+    /// At most `limit` awake waiting ids after `after` (from the first if nil), in submission order, and whether
+    /// more follow, found by a binary search whatever came and went since. (A listing of every waiting task pages
+    /// through the caller's store: resting tasks are kept by group, not in this order.)
+    public func awakeInOrder(after: Position? = nil, limit: Int = .max) -> (ids: [String], more: Bool) {
         var i = 0
         if let a = after {
             i = firstIndex(notBefore: a)
@@ -202,7 +270,8 @@ public struct Scheduler<Item> {
         let end = limit >= order.count - i ? order.count : i + max(0, limit)
         return (order[i..<end].map(\.id), end < order.count)
     }
-    public var waitingCount: Int { waiting.count }
+    /// How many tasks wait, awake or resting.
+    public var waitingCount: Int { awake.count + restingCount }
 
     // MARK: Admission
 
@@ -212,11 +281,12 @@ public struct Scheduler<Item> {
     /// nil if `job` may be queued now, else why not: the per-app limit (`daemon.max_pending_per_app`) and, for an
     /// app, Apple's limits per kind. A request replacing its own waiting one does not count twice.
     public func refusal(for job: Job) -> String? {
-        let replaces = waitingJobs[job.id] != nil
+        let replaced = isWaiting(job.id) ? self.job(job.id) : nil
+        let replaces = replaced != nil
         let app = job.app ?? "cli"
         if let a = job.app {
             let sameKind = counts.perAppKind[AppKind(app: a, kind: job.fields.kind)] ?? 0
-            let replacesSameKind = waitingJobs[job.id]?.fields.kind == job.fields.kind
+            let replacesSameKind = replaced?.fields.kind == job.fields.kind
             if let why = limits.pendingOfKind(job.fields.kind, app: a, pending: sameKind - (replacesSameKind ? 1 : 0)) { return why }
         }
         if !replaces, waitingCount(app: job.app) >= limits.maxPendingPerApp {
@@ -236,10 +306,10 @@ public struct Scheduler<Item> {
     /// user started is not held back by the background limits; one run of an id at a time, whoever started it.
     public mutating func slot(for id: String) -> String? {
         if running[id] != nil {
-            if waitingJobs[id] != nil { heldBack.insert(id) }
+            if awakeJobs[id] != nil { heldBack.insert(id) }
             return Scheduler.previousRunStill
         }
-        guard let job = waitingJobs[id] else { return nil }
+        guard let job = awakeJobs[id] else { return nil }
         let why = limits.slot(for: job.fields, load: load)
             ?? job.app.flatMap { limits.budget(app: $0, used: batteryUse.seconds[$0] ?? 0, onBattery: onBattery) }
         if why != nil { heldBack.insert(id) }
@@ -269,7 +339,7 @@ public struct Scheduler<Item> {
     /// or a rule of the clock may have held them; resting tasks wait on a condition only).
     public mutating func midnight(now: Double, day: Int) -> [String] {
         account(now: now, day: day)
-        return Array(awake)
+        return Array(awake.keys)
     }
 
     /// An app's task was ended by the system: it counts against the app. Returns its new standing.
@@ -299,62 +369,75 @@ public struct Scheduler<Item> {
 
     // MARK: Rest and wake
 
-    /// The waiting task `id` rests on `verdict`: only a change of conditions that changes the verdict of its class
-    /// can start it, so it is not told of anything else. (The caller decides it may: no rule reads its identity.)
-    public mutating func rest(_ id: String, verdict: Verdict) {
-        guard let job = waitingJobs[id] else { return }
-        unrest(id)
-        let c = RestClass(job.fields)
-        let key = RestKey(rest: c, verdict: verdict)
-        rests.byKey[key, default: []].insert(id)
-        rests.keyOf[id] = key
-        if rests.fields[c] == nil { rests.fields[c] = job.fields }
-        awake.remove(id)
-        heldBack.remove(id)
+    /// The awake waiting task `id` rests on `rest` (whose verdict is `verdict`): only a change of conditions that
+    /// changes the verdict of its class can start it, so it is not told of anything else. It joins the group of its
+    /// class, app and verdict whose rest it shares (`RestState`), which keeps `rest` as the newest; its item goes
+    /// (returned): the caller keeps nothing of it but its store's row. nil, and it stays awake, where there is no
+    /// such group and no room for one (`maxGroups`). (The caller decides that it may rest: no rule reads its identity.)
+    @discardableResult
+    public mutating func rest(_ id: String, verdict: Verdict, rest: Rest) -> Item? {
+        guard let job = awakeJobs[id] else { return nil }
+        let key = RestKey(rest: RestClass(job.fields), verdict: verdict)
+        var g = groups.firstIndex { $0.key == key && $0.app == job.app && rest.sharesGroup(with: $0.rest) }
+        if let i = g {
+            groups[i].rest = rest
+        } else {
+            guard groups.count < Self.maxGroups else { return nil }
+            groups.append(Group(key: key, app: job.app, rest: rest, fields: job.fields))
+            g = groups.count - 1
+        }
+        let item = takeAwake(id)
+        awakeJobs[id] = nil
+        groups[g!].ids[id] = job.submitted
+        return item
     }
 
-    public func isResting(_ id: String) -> Bool { rests.keyOf[id] != nil }
-    public var restingCount: Int { rests.keyOf.count }
+    public func isResting(_ id: String) -> Bool { groups.contains { $0.ids[id] != nil } }
+    /// The rest of the group the resting task `id` is in (what its supervisor knew: why it waits).
+    public func rest(of id: String) -> Rest? { groups.first { $0.ids[id] != nil }?.rest }
+    public var restingCount: Int { groups.reduce(0) { $0 + $1.ids.count } }
 
-    /// The conditions changed: every resting class whose verdict (`verdict`, asked once per class) is not the one
-    /// it rests on wakes. Returns the ids woken, now awake; the caller decides them in full.
-    public mutating func wake(verdict: (TaskFields) -> Verdict) -> [String] {
+    /// The conditions changed: every resting group whose class's verdict (`verdict`, asked once per class) is not the
+    /// one it rests on wakes. Returns its tasks, taken out of the queue's books: the caller `add`s each again with a
+    /// supervisor that takes up its rest and decides in full.
+    public mutating func wake(verdict: (TaskFields) -> Verdict) -> [Woken] {
         var now: [RestClass: Verdict] = [:]
-        var woken: [String] = []
-        for key in Array(rests.byKey.keys) {
+        var woken: [Woken] = []
+        groups.removeAll { g in
             let v: Verdict
-            if let known = now[key.rest] { v = known } else {
-                v = rests.fields[key.rest].map(verdict) ?? key.verdict
-                now[key.rest] = v
+            if let known = now[g.key.rest] { v = known } else {
+                v = verdict(g.fields)
+                now[g.key.rest] = v
             }
-            guard v != key.verdict, let ids = rests.byKey.removeValue(forKey: key) else { continue }
-            for id in ids {
-                rests.keyOf[id] = nil
-                awake.insert(id)
-                woken.append(id)
-            }
+            guard v != g.key.verdict else { return false }
+            woken.reserveCapacity(woken.count + g.ids.count)
+            for (id, t) in g.ids { woken.append(Woken(job: g.job(id, submitted: t), rest: g.rest)) }
+            return true
         }
-        if !woken.isEmpty {
-            let left = Set(rests.byKey.keys.map(\.rest))
-            rests.fields = rests.fields.filter { left.contains($0.key) }
-        }
+        for w in woken { count(w.job, -1) }
+        return woken
+    }
+
+    /// The resting task `id` is woken by something else (a call about it, a reload): taken out of the queue's books
+    /// as `wake` does, for the caller to `add` again.
+    public mutating func wakeOne(_ id: String) -> Woken? {
+        guard let w = takeResting(id) else { return nil }
+        count(w.job, -1)
+        return w
+    }
+
+    /// Every resting task woken (a reload: each is supervised anew under the new policy).
+    public mutating func wakeAll() -> [Woken] {
+        let woken = groups.flatMap { g in g.ids.map { Woken(job: g.job($0.key, submitted: $0.value), rest: g.rest) } }
+        groups = []
+        for w in woken { count(w.job, -1) }
         return woken
     }
 
     /// Whether some resting class answers `check` (asked once per class): e.g. whether a temperature could
     /// change the verdict of some resting task.
     public func anyRestingClass(_ check: (TaskFields) -> Bool) -> Bool {
-        rests.fields.values.contains(where: check)
-    }
-
-    /// The resting task `id` is woken by something else (a call about it, a reload): it is awake again.
-    public mutating func unrest(_ id: String) {
-        guard let key = rests.keyOf.removeValue(forKey: id) else { return }
-        rests.byKey[key]?.remove(id)
-        if rests.byKey[key]?.isEmpty == true {
-            rests.byKey[key] = nil
-            if !rests.byKey.keys.contains(where: { $0.rest == key.rest }) { rests.fields[key.rest] = nil }
-        }
-        if waiting[id] != nil { awake.insert(id) }
+        var asked: Set<RestClass> = []
+        return groups.contains { asked.insert($0.key.rest).inserted && check($0.fields) }
     }
 }

@@ -82,7 +82,7 @@ extension Daemon {
             }
             do { try AppManifests.setEnabled(app, on) } catch { return .failure(SchedulerError.unavailable("the switch cannot be written: \(error)")) }
             roster.disabled = AppManifests.disabled()
-            if !on { for id in pending.keys.sorted() where queue.job(id)?.app == app { _ = cancel(id, by: "bgtask apps disable") } }
+            if !on { for id in queue.waitingIDs(app: app).sorted() { _ = cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
             return .success([])
         default:
@@ -122,14 +122,14 @@ extension Daemon {
             _ = cancel(appKey(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
             return .success([])
         case .appCancelAll:
-            for id in pending.keys.sorted() where queue.job(id)?.app == app { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
+            for id in queue.waitingIDs(app: app).sorted() { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
         case .appPending:
-            let mine = listPending(allPending.filter { queue.job($0.id)?.app == app }).map { t -> [String: BusValue] in
+            let mine = listPending(listed(queue.waitingIDs(app: app))).map { t -> [String: BusValue] in
                 var a = AppPendingTask(identifier: identifierOf(t.id, app: app), kind: t.kind, earliest: t.earliest,
                                        requiresNetwork: t.requiresNetwork, requiresExternalPower: t.requiresExternalPower,
                                        reason: t.reason, rule: t.rule, location: t.location)
-                if let row = pending[t.id]?.row {
+                if let row = queue.awake[t.id]?.row {
                     a.title = row.title
                     a.subtitle = row.subtitle
                     a.strategy = row.strategy
@@ -285,7 +285,7 @@ extension Daemon {
             t.delivered = true
             bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind.rawValue)], to: c.connection)
             let key = appKey(t.app, t.identifier)
-            if kind == .continued, let e = running[key] ?? pending[key] {
+            if kind == .continued, let e = running[key] ?? queue.awake[key] {
                 presenter.show(key: key, appID: t.app, appName: roster.manifests[t.app]?.name ?? t.app,
                                title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
             }
@@ -363,7 +363,7 @@ extension Daemon {
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
-        for id in pending.keys where queue.job(id)?.app == app && queue.job(id)?.fields.kind == .continued {
+        for id in queue.waitingIDs(app: app) where queue.job(id)?.fields.kind == .continued {
             _ = cancel(id, by: "bgtaskd: \(app) \(why)")
         }
         afterRound(conditionsChanged: false)

@@ -40,10 +40,9 @@ public final class Daemon {
         get { configuration.warning }
         set { configuration.warning = newValue }
     }
-    /// The queue in memory: waiting, resting and running tasks, admission, slots, budgets, what follows a run.
-    var queue: Scheduler<Entry>
+    /// The queue in memory: awake, resting and running tasks, admission, slots, budgets, what follows a run.
+    var queue: Scheduler<Entry, Supervisor.Rest>
     var limits: Schedule.Limits { queue.limits }
-    var pending: [String: Entry] { queue.waiting }
     var running: [String: Entry] { queue.running }
     var sequence = 0
     var stopping = false
@@ -219,14 +218,12 @@ public final class Daemon {
         afterRound(conditionsChanged: false)
     }
 
-    /// Waiting entries among `ids`, in submission order (the order in which waiting work may take a free slot).
+    /// Awake waiting entries among `ids`, in submission order (the order in which waiting work may take a free slot).
     func inOrder<S: Sequence>(_ ids: S) -> [Entry] where S.Element == String {
-        ids.compactMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id) } }.sorted().compactMap { pending[$0.id] }
+        ids.compactMap { queue.awake[$0] }.sorted { ($0.row.submitted, $0.id) < ($1.row.submitted, $1.id) }
     }
-    /// Every pending entry, resting or not, in submission order.
-    var allPending: [Entry] { queue.waitingInOrder().ids.compactMap { pending[$0] } }
     /// Every supervisor, in no particular order: for what is done to each alike. Resting tasks have none.
-    var supervisors: [Supervisor] { running.values.map(\.supervisor) + queue.awake.compactMap { pending[$0]?.awake } }
+    var supervisors: [Supervisor] { running.values.map(\.supervisor) + queue.awake.values.map(\.supervisor) }
 
     /// The readings and the daemon's own conditions (`system.preparing_sleep`), as every task sees them.
     /// Made once per change and kept: every supervisor then holds the same dictionary storage (copy on write),
@@ -257,16 +254,34 @@ public final class Daemon {
         guard let c = conditions else { queue.account(now: now, day: localDay()); return }
         queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
-        // Resting classes whose fast verdict has not changed stay at rest; the rest is decided in full.
+        // Resting groups whose class's fast verdict has not changed stay at rest; the rest is decided in full.
         let woken = queue.wake { shared.verdict($0) }
-        let entries = Array(running.values) + inOrder(queue.awake)
+        for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
+        // The awake and the woken in submission order, the order in which they may take a slot.
+        var rests: [String: Supervisor.Rest] = [:]
+        var order: [(submitted: Double, id: String)] = queue.awake.values.map { ($0.row.submitted, $0.id) }
+        for w in woken {
+            rests[w.id] = w.rest
+            order.append((w.job.submitted, w.id))
+        }
+        order.sort { ($0.submitted, $0.id) < ($1.submitted, $1.id) }
         // The woken tasks' rows are read back from the queue: those first in line for a slot alone, so that a start
         // waits for no batch, then the others in one batch.
-        let first = running.count + max(1, limits.maxRunning)
-        holdRows(entries.prefix(first).filter { $0.heldRow == nil }.map(\.id))
-        for (i, e) in entries.enumerated() {
-            if i == first, !woken.isEmpty { holdRows(entries.dropFirst(first).filter { $0.heldRow == nil }.map(\.id)) }
-            wake(e).conditionsChanged(c, now: now, shared: shared)
+        var rows: [String: QueuedTask] = [:]
+        func read(_ ids: ArraySlice<(submitted: Double, id: String)>) {
+            let wanted = ids.map(\.id).filter { rests[$0] != nil }
+            for r in wanted.isEmpty ? [] : (try? store.rows(ids: wanted, state: "pending")) ?? [] { rows[r.id] = r }
+        }
+        let first = max(1, limits.maxRunning)
+        read(order.prefix(first))
+        for (i, o) in order.enumerated() {
+            if i == first { read(order.dropFirst(first)) }
+            let e: Entry
+            if let r = rests[o.id] {
+                guard let row = rows[o.id] else { continue }   // gone from the file under us: nothing to start
+                e = awaken(row, r)
+            } else if let awake = queue.awake[o.id] { e = awake } else { continue }
+            e.supervisor.conditionsChanged(c, now: now, shared: shared)
             if e.row.state != "running" { rest(e) }
         }
     }
@@ -286,7 +301,7 @@ public final class Daemon {
         let id = s.id
         switch kind {
         case .started:
-            guard let e = pending[id], e.awake === s else { return }
+            guard let e = queue.awake[id], e.supervisor === s else { return }
             queue.start(id)
             e.row.state = "running"
             e.row.runID = s.runOptions.runID
@@ -308,7 +323,7 @@ public final class Daemon {
     /// after the spawn finds it at the next start, by its token if its pid was never written. If the queue
     /// cannot be written, nothing is spawned (the request waits to try again), so no restart can run it twice.
     func recordIntent(_ s: Supervisor) -> String? {
-        guard let e = pending[s.id], e.awake === s else { return nil }
+        guard let e = queue.awake[s.id], e.supervisor === s else { return nil }
         var r = e.row
         r.state = "running"
         r.runID = s.runOptions.runID
@@ -360,12 +375,12 @@ public final class Daemon {
             decideAgain.formUnion(queue.finish(id).decideAgain)
             finished(e)
         }
-        for id in queue.awake where pending[id]?.awake?.isDone == true {   // could not be spawned, or gave up
-            let e = queue.removeWaiting(id)!
+        for (id, e) in queue.awake where e.supervisor.isDone {   // could not be spawned, or gave up
+            queue.removeWaiting(id)
             finished(e)
         }
         // A freed slot: the tasks a slot or a budget held back are decided again, in submission order.
-        for e in inOrder(decideAgain) where e.awake?.machine.phase == .waiting {
+        for e in inOrder(decideAgain) where e.isWaiting {
             if case .noSlot? = e.supervisor.machine.startBlock {
                 e.supervisor.reevaluate(now: now)
                 rest(e)

@@ -78,7 +78,7 @@ extension Daemon {
             return .success([.uint32(UInt32(n))])
         case .listPending:
             // The whole queue in one reply, as the interface has always said (clients page with ListPendingPage).
-            return .success([.dicts(listPending(allPending).map(\.variant))])
+            return .success([.dicts(listPending(allListed()).map(\.variant))])
         case .listPendingPage, .listPendingJSON:
             guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("\(call.method) takes \(method.signature)")) }
             let page: (tasks: [PendingTask], next: String)
@@ -99,9 +99,10 @@ extension Daemon {
             return .success([.dicts(listRunning().map(\.variant))])
         case .debugLaunch:
             guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("DebugLaunch takes (s id)")) }
-            guard let e = pending[id] else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
-            if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Scheduler<Entry>.previousRunStill)")) }
-            wake(e).launchNow(now: monotonic())
+            guard queue.isWaiting(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
+            if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Scheduler<Entry, Supervisor.Rest>.previousRunStill)")) }
+            guard let e = awakeEntry(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
+            e.supervisor.launchNow(now: monotonic())
             return .success([])
         case .debugExpire:
             guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("DebugExpire takes (s id)")) }
@@ -115,7 +116,7 @@ extension Daemon {
         case .getConditions:
             return .success([.dict(appConditions.variant)])
         case .getStatus:
-            let status = DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(pending.count), running: UInt32(running.count),
+            let status = DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(queue.waitingCount), running: UInt32(running.count),
                                       stateDirectory: stateDir, policyWarning: policyWarning)
             return .success([.dict(status.variant)])
         }
@@ -199,10 +200,13 @@ extension Daemon {
     /// records it ("bgtask cancel", "the app (cancelAllTaskRequests)", …): never the user for what an app did.
     func cancel(_ id: String, by who: String = "bgtask cancel") -> Result<String, BusError> {
         var done: [String] = []
-        if let e = queue.removeWaiting(id) {
+        if let removed = queue.removeWaiting(id) {
+            // A resting task's row is the queue's alone: read before it goes, for the story's run id and fields.
+            let row = removed.item?.row ?? (try? store.get(id, state: "pending")) ?? nil
             _ = try? store.remove(id, state: "pending")
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
-                                  conditions: [:], exitStatus: nil, runID: e.awake?.runOptions.runID ?? e.row.runID), task: e.row.fields)
+                                  conditions: [:], exitStatus: nil, runID: removed.item?.supervisor.runOptions.runID ?? row.map(Daemon.runID(of:))),
+                        task: row?.fields ?? TaskFields(id: id))
             done.append("removed the pending request")
         }
         if let e = running[id], !e.supervisor.isDone {
@@ -216,7 +220,7 @@ extension Daemon {
 
     /// The caller's own pending requests: the command tasks (an app's go with `AppCancelAll` or `apps disable`).
     func cancelAll() -> Int {
-        let ids = pending.keys.sorted().filter { queue.job($0).map { $0.app == nil } ?? false }
+        let ids = queue.waitingIDs(app: nil).sorted()
         for id in ids { _ = cancel(id, by: "bgtask cancel --all") }
         return ids.count
     }
@@ -261,37 +265,72 @@ extension Daemon {
         guard (1...RequestBounds.pageMost).contains(limit) else {
             return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))
         }
-        var after: Scheduler<Entry>.Position?
+        var after: Position?
         if let c = range.after, !c.isEmpty {
-            guard c.utf8.count <= 512, let p = Scheduler<Entry>.Position(cursor: c) else {
+            guard c.utf8.count <= 512, let p = Position(cursor: c) else {
                 return .failure(SchedulerError.invalidArgs("after: a cursor from a previous page's next (submitted|id)"))
             }
             after = p
         }
-        if let id = range.id { return .success((listPending(pending[id].map { [$0] } ?? []), "")) }
-        let page = queue.waitingInOrder(after: after, limit: Int(limit))
-        let next = page.more ? page.ids.last.flatMap { id in queue.job(id).map { Scheduler<Entry>.Position(submitted: $0.submitted, id: id).cursor } } ?? "" : ""
-        return .success((listPending(page.ids.compactMap { pending[$0] }), next))
+        if let id = range.id { return .success((listPending(listed([id])), "")) }
+        // A page of the stored queue through its (state, submitted, id) index, one row more than asked to know
+        // whether another page follows: what the daemon holds of each is looked up, not listed.
+        let rows = (try? store.page(state: "pending", after: after.map { ($0.submitted, $0.id) }, limit: Int(limit) + 1)) ?? []
+        let page = rows.prefix(Int(limit))
+        let next = rows.count > page.count ? page.last.map { Position(submitted: $0.submitted, id: $0.id).cursor } ?? "" : ""
+        return .success((listPending(page.compactMap(listed(row:))), next))
+    }
+    typealias Position = Scheduler<Entry, Supervisor.Rest>.Position
+
+    /// A waiting task as a listing tells it: its row, and its supervisor if it is awake, else the rest of its group.
+    struct Listed {
+        var row: QueuedTask
+        var awake: Supervisor?
+        var rest: Supervisor.Rest?
+        var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
+        var reason: String { awake?.waitingReason ?? rest?.reason ?? "" }
+        var rule: (id: String, location: String)? { awake != nil ? awake!.waitingRule : rest?.rule }
     }
 
-    /// What `entries` wait for (those that wait), as `ListPending` tells it. Resting tasks' rows are read from the
-    /// queue in one batch for the call, and not kept.
-    func listPending(_ entries: [Entry]) -> [PendingTask] {
+    /// The stored row `row` as listed, if its task waits here (awake: the row it holds).
+    func listed(row: QueuedTask) -> Listed? {
+        if let e = queue.awake[row.id] { return Listed(row: e.row, awake: e.supervisor) }
+        return queue.rest(of: row.id).map { Listed(row: row, rest: $0) }
+    }
+
+    /// The waiting tasks among `ids`, in submission order; resting tasks' rows read from the queue in one batch.
+    func listed(_ ids: [String]) -> [Listed] {
+        let resting = ids.filter { queue.awake[$0] == nil && queue.isResting($0) }
+        let rows = resting.isEmpty ? [] : (try? store.rows(ids: resting, state: "pending")) ?? []
+        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + rows.compactMap(listed(row:)))
+            .sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
+    }
+
+    /// Every waiting task in submission order, the stored queue read a page at a time.
+    func allListed() -> [Listed] {
+        var out: [Listed] = []
+        var after: (submitted: Double, id: String)?
+        while true {
+            let rows = (try? store.page(state: "pending", after: after, limit: 1_000)) ?? []
+            out += rows.compactMap(listed(row:))
+            guard rows.count == 1_000, let last = rows.last else { return out }
+            after = (last.submitted, last.id)
+        }
+    }
+
+    /// What `entries` wait for (those that wait), as `ListPending` tells it.
+    func listPending(_ entries: [Listed]) -> [PendingTask] {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
-        let waiting = entries.filter(\.isWaiting)
-        let resting = waiting.filter { $0.heldRow == nil }.map(\.id)
-        var read: [String: QueuedTask] = [:]
-        for r in (try? store.rows(ids: resting, state: "pending")) ?? [] { read[r.id] = r }
-        return waiting.map { e in
-            let row = e.heldRow ?? read[e.id] ?? e.row
+        return entries.filter(\.isWaiting).map { e in
+            let row = e.row
             var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: row.command, submitted: row.submitted,
-                                reason: e.waitingReason.isEmpty ? "not yet evaluated" : e.waitingReason,
+                                reason: e.reason.isEmpty ? "not yet evaluated" : e.reason,
                                 requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
                                 requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
-                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet(e, row, now, wall: wall),
-                                rule: e.waitingRule?.id, location: e.waitingRule?.location,
+                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet(e, now, wall: wall),
+                                rule: e.rule?.id, location: e.rule?.location,
                                 earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
             if let l = likelyStart(row, wall: wall, cache: &estimates) {
                 t.likely = l.text
@@ -306,9 +345,10 @@ extension Daemon {
     /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
     /// constraints"): each rule in effect that is not run or throttle (held ones with when they let go), its
     /// earliest begin date, and a full slot.
-    func unmet(_ e: Entry, _ row: QueuedTask, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
+    func unmet(_ e: Listed, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
         var out: [[String: BusValue]] = []
-        // A resting task's last decision is its rest's (shared by the tasks alike): no decision made per task listed.
+        let row = e.row
+        // A resting task's last decision is its group's rest's: no decision made per task listed.
         let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(row.fields).matches ?? []
         for m in matches where m.verdict != .run && m.verdict != .throttle {
             out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),

@@ -53,7 +53,7 @@ extension Daemon {
     func midnight() {
         try? store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
         // Resting tasks wait for a condition only (no budget, no time rule): nothing to look at for them.
-        for e in inOrder(queue.midnight(now: monotonic(), day: localDay())) where e.awake?.machine.phase == .waiting {
+        for e in inOrder(queue.midnight(now: monotonic(), day: localDay())) where e.isWaiting {
             e.supervisor.reevaluate(now: monotonic())
         }
         afterRound(conditionsChanged: false)

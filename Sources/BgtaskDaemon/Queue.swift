@@ -29,7 +29,7 @@ extension Daemon {
         let rows = (try? store.page(state: "pending", after: r.after, limit: 500)) ?? []
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
         let shared = evaluator()
-        for row in rows where pending[row.id] == nil { add(row, restored: true, evaluator: shared) }
+        for row in rows where !queue.isWaiting(row.id) { add(row, restored: true, evaluator: shared) }
         restoring = (rows.last.map { ($0.submitted, $0.id) } ?? r.after, rows.count < 500)
         if restoring!.done {
             if schedulingNext { afterRound(conditionsChanged: false) }
@@ -46,8 +46,8 @@ extension Daemon {
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
-        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored), store: store)
-        queue.add(Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil, submitted: row.submitted), e)
+        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
+        queue.add(job(of: row), e)
         if let c = conditions, let shared = evaluator ?? self.evaluator() {
             e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
             rest(e)
@@ -55,35 +55,42 @@ extension Daemon {
         return e
     }
 
-    /// Reads the rows of resting tasks about to wake, 500 at a time, rather than one query each.
-    func holdRows(_ ids: [String]) {
-        guard !ids.isEmpty else { return }
-        for r in (try? store.rows(ids: ids, state: "pending")) ?? [] { pending[r.id]?.hold(r) }
+    func job(of row: QueuedTask) -> Scheduler<Entry, Supervisor.Rest>.Job {
+        Scheduler.Job(fields: row.fields, app: row.isAppTask ? row.app : nil, submitted: row.submitted)
+    }
+
+    /// A resting task awake again (woken by the scheduler, whose books it left): a supervisor that takes up the holds
+    /// and decision it rested on (nothing is said or recorded anew: its story goes on). The caller decides it.
+    @discardableResult
+    func awaken(_ row: QueuedTask, _ rest: Supervisor.Rest) -> Entry {
+        let s = supervisor(for: row, restored: true)
+        s.resume(rest)
+        let e = Entry(row: row, supervisor: s)
+        queue.add(job(of: row), e)
+        return e
+    }
+
+    /// The waiting task `id` awake, resting or not (a call about it); nil if it does not wait, or its row is gone.
+    func awakeEntry(_ id: String) -> Entry? {
+        if let e = queue.awake[id] { return e }
+        guard let w = queue.wakeOne(id), let row = (try? store.get(id, state: "pending")) ?? nil else { return nil }
+        return awaken(row, w.rest)
     }
 
     /// Every waiting task supervised anew (a reloaded policy, a resume from sleep): its row as it holds it, or
     /// the queue's, read a page at a time.
     func superviseAllAgain(evaluator shared: Policy.Evaluator?) {
+        let resting = Set(queue.wakeAll().map(\.id))
         var after: (submitted: Double, id: String)?
         while true {
             let rows = (try? store.page(state: "pending", after: after, limit: 500)) ?? []
-            for r in rows { if let e = pending[r.id] { add(e.heldRow ?? r, restored: true, evaluator: shared) } }
+            for r in rows {
+                if let e = queue.awake[r.id] { add(e.row, restored: true, evaluator: shared) }
+                else if resting.contains(r.id) { add(r, restored: true, evaluator: shared) }
+            }
             guard rows.count == 500, let last = rows.last else { break }
             after = (last.submitted, last.id)
         }
-    }
-
-    /// A resting task's supervisor again, with the holds and decision it rested on (nothing is said or recorded
-    /// anew: its story goes on).
-    @discardableResult
-    func wake(_ e: Entry) -> Supervisor {
-        if let s = e.awake { return s }
-        let row = e.row
-        e.hold(row)
-        let s = supervisor(for: row, restored: true)
-        e.wake(s)
-        queue.unrest(e.id)
-        return s
     }
 
     /// A request's run id: the one it was stored with, or, for a row stored without one (an older bgtask's), one
@@ -129,10 +136,11 @@ extension Daemon {
         RunID.make(task: id, pid: getpid(), now: wallClockNow(), random: RunID.randomBits())
     }
 
-    /// Lets a waiting task's supervisor go if it may rest (see `Entry.sleepIfIdle`).
+    /// Lets a waiting task's supervisor and entry go if it may rest (see `Supervisor.rest`, `Scheduler.rest`). A new
+    /// supervisor carries on the same story: its run id is the stored row's, or made from the row alone
+    /// (`Daemon.runID(of:)`). Its row was written before: the queue's is the one it is woken with.
     func rest(_ e: Entry) {
-        guard let v = e.sleepIfIdle() else { return }
-        queue.rest(e.id, verdict: v)
+        guard let r = e.supervisor.rest, queue.rest(e.id, verdict: r.verdict, rest: r) != nil else { return }
         newlyResting = true
     }
 }

@@ -26,7 +26,7 @@ extension Daemon {
             guard case .tryAgain(let notBefore) = queue.next(.init(kind: r.kind, submitted: r.submitted), .notStarted(why: why), now: wallClockNow()) else { return }
             r.earliest = notBefore
             say("\(r.id): not started (\(why)); it tries again not before \(untilText(r.earliest!))")
-            if pending[r.id] == nil { add(r) }
+            if !queue.isWaiting(r.id) { add(r) }
             return
         }
         // Units included: a manager that crashed leaves its units' processes running.
@@ -65,14 +65,14 @@ extension Daemon {
         do {
             if wasRunning { try store.remove(e.id, state: "running") } else { try store.remove(e.id, state: "pending") }
             // A request submitted while it ran takes precedence over its own rescheduling.
-            if let n = next, pending[n.id] == nil {
+            if let n = next, !queue.isWaiting(n.id) {
                 var r = n.requeued(runID: Daemon.newRunID(n.id))
                 r.submitted = wallClockNow()
                 try store.put(r)
                 add(r)
             }
         } catch { say("\(e.id): cannot update the queue: \(error)") }
-        bus.emit(.taskChanged, [.string(e.id), .string(next != nil && pending[e.id] != nil ? "pending" : "finished")])
+        bus.emit(.taskChanged, [.string(e.id), .string(next != nil && queue.isWaiting(e.id) ? "pending" : "finished")])
     }
 
     /// A task is all its processes: what its command started and left running when it exited (a daemon that
@@ -153,7 +153,7 @@ extension Daemon {
                                   decision: nil, conditions: [:], exitStatus: nil, runID: e.row.runID), task: e.row.fields)
             do {
                 try store.remove(e.id, state: "running")
-                if e.row.kind != .refresh, pending[e.id] == nil {
+                if e.row.kind != .refresh, !queue.isWaiting(e.id) {
                     try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.id)))
                 }
             } catch { say("\(e.id): cannot update the queue: \(error)") }

@@ -236,12 +236,18 @@ public final class Supervisor {
     /// What a waiting task keeps when its supervisor is let go (bgtaskd's resting tasks: 10,000 tasks waiting for
     /// the charger need a row and a verdict each, not a supervisor each). A new supervisor takes it up again with
     /// `resume(_:)` and decides as this one would have.
-    public struct Rest {
+    public struct Rest: RestState {
         public let hold: HoldState
         public let decision: Decision
         public let reason: String
         public let rule: (id: String, location: String)?
         public var verdict: Verdict { decision.verdict }
+        /// A supervisor that takes up a rest decides by its holds and its decision's verdict (it rests with no hold
+        /// running and no change pending); the reason, the rule and the readings only tell why. Tasks alike whose
+        /// holds agree rest together, told by the newest.
+        public func sharesGroup(with other: Rest) -> Bool {
+            hold == other.hold && decision.verdict == other.decision.verdict && decision.pending == other.decision.pending
+        }
     }
 
     /// Its state to rest on, when only a change of conditions can start it and nothing tells it from tasks

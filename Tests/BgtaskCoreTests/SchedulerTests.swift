@@ -2,10 +2,15 @@
 import BgtaskPolicy
 import Testing
 
-/// The queue's rules in virtual time: no daemon, no clock, no process. `Item` is a plain string here.
+/// A test's rest: a plain string, alike only when equal.
+extension String: RestState {
+    public func sharesGroup(with other: String) -> Bool { self == other }
+}
+
+/// The queue's rules in virtual time: no daemon, no clock, no process. `Item` and `Rest` are plain strings here.
 @Suite("the scheduler: admission, slots, budgets, midnight, rest and wake, what follows a run")
 struct SchedulerTests {
-    typealias Queue = Scheduler<String>
+    typealias Queue = Scheduler<String, String>
     static let day = 20_000    // a local day number; budgets count per day
 
     func queue(_ limits: Schedule.Limits = Schedule.Limits(maxRunning: 2, maxRunningHeavy: 1, maxPendingPerApp: 5),
@@ -101,7 +106,7 @@ struct SchedulerTests {
         q.add(Self.job("backup"), "run 1")
         q.start("backup")
         q.add(Self.job("backup"), "run 2")
-        #expect(q.running["backup"] == "run 1" && q.waiting["backup"] == "run 2")
+        #expect(q.running["backup"] == "run 1" && q.awake["backup"] == "run 2")
         #expect(q.slot(for: "backup") == Queue.previousRunStill)
         let freed = q.finish("backup")
         #expect(freed.item == "run 1" && freed.decideAgain == ["backup"])
@@ -174,33 +179,61 @@ struct SchedulerTests {
         return Policy.Evaluator(policy: p, conditions: c, time: TimeFields(hour: 12, secondsSinceMidnight: 43_200, weekday: "mon"))
     }
 
-    @Test("rest and wake: resting tasks are not awake; a change wakes exactly the classes whose verdict changed, asking one verdict per class")
+    @Test("rest and wake: resting tasks are not awake; a change wakes exactly the groups whose class's verdict changed, asking one verdict per class")
     func restAndWake() {
         var q = queue(Schedule.Limits(maxPendingPerApp: 100_000))
         for i in 0..<1_000 { q.add(Self.job("p\(i)", power: true), "p\(i)") }
         for i in 0..<1_000 { q.add(Self.job("h\(i)", heavy: true, power: true), "h\(i)") }
         q.add(Self.job("plain"), "plain")
         let battery = evaluator(external: false)
-        for id in q.waiting.keys { q.rest(id, verdict: battery.verdict(q.job(id)!.fields)) }
-        #expect(q.awake.isEmpty && q.restingCount == 2_001)
+        for id in q.awake.keys {
+            let v = battery.verdict(q.job(id)!.fields)
+            #expect(q.rest(id, verdict: v, rest: "\(v)") == id, "its item is handed back: the caller keeps nothing of it")
+        }
+        #expect(q.awake.isEmpty && q.restingCount == 2_001 && q.waitingCount == 2_001 && q.waitingCount(app: nil) == 2_001)
+        #expect(q.job("p7")?.fields.requiresExternalPower == true && q.job("p7")?.id == "p7", "a resting task's job is its group's, with its id")
         #expect(q.slot(for: "p1") == nil)
         // A change that changes no verdict: nothing wakes, and one verdict is asked per class (3 classes).
         var asked = 0
         #expect(q.wake { asked += 1; return battery.verdict($0) }.isEmpty)
         #expect(asked == 3)
-        // The charger: the two classes that wait for it wake; the plain task (verdict run) stays at rest.
+        // The charger: the two groups that wait for it wake, with their rest; the plain task (verdict run) stays.
         let charger = evaluator(external: true)
         asked = 0
         let woken = q.wake { asked += 1; return charger.verdict($0) }
         #expect(asked == 3)
-        #expect(woken.count == 2_000 && !woken.contains("plain"))
-        #expect(q.awake.count == 2_000 && q.isResting("plain") && !q.isResting("p7"))
-        // Woken by something else (a call about it): awake; removed: gone from every index.
-        q.unrest("plain")
-        #expect(q.awake.contains("plain"))
-        q.rest("p7", verdict: .run)
-        q.removeWaiting("p7")
-        #expect(!q.isResting("p7") && !q.awake.contains("p7") && q.waiting["p7"] == nil)
+        #expect(woken.count == 2_000 && !woken.contains { $0.id == "plain" } && woken.allSatisfy { $0.rest == "defer" })
+        // Woken tasks have left the books until added again: the caller adds each with its new item.
+        #expect(q.waitingCount == 1 && !q.isWaiting("p7") && q.isResting("plain"))
+        for w in woken { q.add(w.job, w.id) }
+        #expect(q.awake.count == 2_000 && q.waitingCount(app: nil) == 2_001)
+        // Woken by something else (a call about it); removed while resting: gone from every index and count.
+        let one = q.wakeOne("plain")
+        #expect(one?.rest == "run" && q.waitingCount == 2_000)
+        q.add(one!.job, "plain")
+        #expect(q.rest("p7", verdict: .run, rest: "run") == "p7")
+        #expect(q.removeWaiting("p7")?.item == nil, "a resting task has no item to hand back")
+        #expect(!q.isWaiting("p7") && q.waitingCount == 2_000 && q.waitingCount(app: nil) == 2_000)
+    }
+
+    @Test("tasks alike share a group only with an equal rest; past maxGroups a task that could rest stays awake")
+    func restGroups() {
+        var q = queue(Schedule.Limits(maxPendingPerApp: 1_000))
+        q.add(Self.job("a", power: true), "a")
+        q.add(Self.job("b", power: true), "b")
+        q.rest("a", verdict: .defer, rest: "hold since 10")
+        q.rest("b", verdict: .defer, rest: "hold since 20")
+        #expect(q.rest(of: "a") == "hold since 10" && q.rest(of: "b") == "hold since 20", "each keeps what its supervisor knew")
+        for i in 0..<(Queue.maxGroups + 5) { q.add(Self.job("x\(i)", power: true), "x\(i)") }
+        var rested = 0
+        for i in 0..<(Queue.maxGroups + 5) where q.rest("x\(i)", verdict: .defer, rest: "own \(i)") != nil { rested += 1 }
+        #expect(rested == Queue.maxGroups - 2 && q.restingCount == Queue.maxGroups)
+        #expect(q.awake["x\(Queue.maxGroups + 4)"] != nil, "no room for its group: it stays awake")
+        // An equal rest still joins its group, however many groups there are.
+        q.add(Self.job("c", power: true), "c")
+        #expect(q.rest("c", verdict: .defer, rest: "hold since 10") == "c" && q.isResting("c"))
+        let all = q.wakeAll()
+        #expect(all.count == Queue.maxGroups + 1 && q.restingCount == 0 && q.waitingCount == 7)
     }
 
     @Test("a resting class is asked the thermal question once, and only while some task of it rests")
@@ -208,19 +241,21 @@ struct SchedulerTests {
         var q = queue()
         q.add(Self.job("a", heavy: true), "a")
         q.add(Self.job("b", heavy: true), "b")
-        q.rest("a", verdict: .defer)
-        q.rest("b", verdict: .defer)
+        q.rest("a", verdict: .defer, rest: "r")
+        q.rest("b", verdict: .defer, rest: "r2")
         var asked = 0
         #expect(q.anyRestingClass { asked += 1; return $0.cpuHeavy })
-        #expect(asked == 1)
+        #expect(asked == 1, "two groups of one class: asked once")
         q.removeWaiting("a")
+        let b = q.wakeOne("b")!
+        q.add(b.job, "b")
         q.start("b")
         #expect(!q.anyRestingClass { _ in true }, "no class is left once none rests")
     }
 
     // MARK: Listing
 
-    @Test("the submission order is kept as requests come and go: pages by cursor, restored rows out of order, a cursor whose task is gone")
+    @Test("the awake tasks' submission order is kept as requests come and go: pages by cursor, restored rows out of order, a cursor whose task is gone")
     func submissionOrderPages() throws {
         var q = queue(Schedule.Limits(maxPendingPerApp: 1000))
         // Restored rows come in any order; equal times are ordered by id.
@@ -229,23 +264,28 @@ struct SchedulerTests {
             j.submitted = t
             q.add(j, id)
         }
-        #expect(q.waitingInOrder().ids == ["a", "b", "c", "d", "e", "f"])
-        let first = q.waitingInOrder(limit: 2)
+        #expect(q.awakeInOrder().ids == ["a", "b", "c", "d", "e", "f"])
+        let first = q.awakeInOrder(limit: 2)
         #expect(first.ids == ["a", "b"] && first.more)
         let cursor = Queue.Position(submitted: 20, id: "b").cursor
         q.removeWaiting("b")
         q.removeWaiting("c")
         let p = try #require(Queue.Position(cursor: cursor))
-        let second = q.waitingInOrder(after: p, limit: 2)
+        let second = q.awakeInOrder(after: p, limit: 2)
         #expect(second.ids == ["d", "e"] && second.more, "the cursor of a removed task still finds its place")
-        let last = q.waitingInOrder(after: Queue.Position(submitted: 50, id: "e"), limit: 2)
+        let last = q.awakeInOrder(after: Queue.Position(submitted: 50, id: "e"), limit: 2)
         #expect(last.ids == ["f"] && !last.more)
-        // A request submitted again goes to its new place; a start takes it out of the order.
+        // A request submitted again goes to its new place; a start, or a rest, takes it out of the order.
         var again = Self.job("a")
         again.submitted = 70
         q.add(again, "a")
         q.start("d")
-        #expect(q.waitingInOrder().ids == ["e", "f", "a"])
+        q.rest("e", verdict: .defer, rest: "r")
+        #expect(q.awakeInOrder().ids == ["f", "a"])
+        // Woken, it takes its place again.
+        let e = q.wakeOne("e")!
+        q.add(e.job, "e")
+        #expect(q.awakeInOrder().ids == ["e", "f", "a"])
         #expect(Queue.Position(cursor: "nonsense") == nil && Queue.Position(cursor: "inf|x") == nil)
         #expect(Queue.Position(cursor: "12.5|org.a/x|y") == Queue.Position(submitted: 12.5, id: "org.a/x|y"))
     }

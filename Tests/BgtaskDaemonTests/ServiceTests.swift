@@ -171,14 +171,13 @@ struct ServiceTests {
         #expect(waiting.first?.rule == "processing.needs-power" && waiting.first?.reason.contains("external power") == true, "\(waiting)")
         #expect(waiting.first?.command == ["restic", "backup"], "a resting task is listed from its stored row")
         #expect(d.launcher.started.isEmpty)
-        // Only the charger can start it: it rests, and its row is the queue's alone.
-        let entry = try #require(d.daemon.pending["backup"])
-        #expect(entry.isResting && entry.heldRow == nil && d.daemon.queue.isResting("backup"))
+        // Only the charger can start it: it rests, and its row is the queue's alone (no entry, no supervisor).
+        #expect(d.daemon.queue.isResting("backup") && d.daemon.queue.awake["backup"] == nil && d.daemon.queue.waitingCount == 1)
 
         d.conditions(Self.charger)
         let unit = try #require(d.launcher.started["backup"], "not started on the charger")
         #expect(d.launcher.argv["backup"] == ["restic", "backup"])
-        #expect(d.daemon.running["backup"] != nil && d.daemon.pending["backup"] == nil)
+        #expect(d.daemon.running["backup"] != nil && !d.daemon.queue.isWaiting("backup"))
         #expect(try d.pending().isEmpty)
         #expect(try QueueStoreView(d).state("backup") == "running", "the queue says it runs before anything else does")
 

@@ -74,4 +74,34 @@ struct RestTests {
         #expect(s.machine.lastDecision?.verdict == .defer)
         #expect(s.rest == nil)
     }
+
+    @Test("rests that differ only in what tells why (the readings in a reason) share a group; rests whose holds differ do not")
+    func restsShareAGroupByTheirHolds() throws {
+        let p = PolicyRef(try policy("""
+        [[rule]]
+        id = "power"
+        when = 'task.requires_external_power && power.external != true'
+        verdict = "defer"
+        hold_off = "30s"
+        reason = "waiting for external power ({battery.percent}%)"
+
+        [[rule]]
+        id = "low"
+        when = 'battery.percent < 30'
+        verdict = "defer"
+        hold_off = "60s"
+        reason = "battery low"
+        """))
+        func resting(at percent: Double, now: Double) throws -> Supervisor.Rest {
+            let s = supervisor(p)
+            let c: [String: PolicyValue] = ["power.external": .bool(false), "battery.percent": .number(percent)]
+            s.conditionsChanged(c, now: now, shared: Policy.Evaluator(policy: p.policy, conditions: c, time: .midnightMonday))
+            return try #require(s.rest)
+        }
+        let a = try resting(at: 54, now: 0), b = try resting(at: 20, now: 5), c = try resting(at: 53, now: 9)
+        #expect(a.verdict == .defer && b.verdict == .defer)
+        #expect(!a.sharesGroup(with: b), "the low-battery rule is in effect for b alone: its hold decides differently once woken")
+        #expect(a.reason != c.reason && a.reason.contains("54%") && c.reason.contains("53%"))
+        #expect(c.sharesGroup(with: a), "the same holds and verdict, another battery level in the reason: one group")
+    }
 }
