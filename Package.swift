@@ -107,7 +107,7 @@ let package = Package(
         .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskRun", "BgtaskConfig", "BgtaskTestSupport"],
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
-        .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig"]),
+        .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig", "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
         .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],

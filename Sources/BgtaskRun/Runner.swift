@@ -48,7 +48,8 @@ public struct RunOptions: Sendable {
     }
 }
 
-/// `bgtask run`: one supervisor in one event loop (the daemon runs many in the same loop).
+/// `bgtask run`: a `Scheduler` of one entry and its supervisor in one event loop (bgtaskd drives the same
+/// scheduler, of many, and the same supervisors in its GLib loop).
 public final class Runner {
     let options: RunOptions
     let policy: Policy
@@ -69,9 +70,27 @@ public final class Runner {
             return 1
         }
         let supervisor = Supervisor(options: options, policy: policy, observer: observer, state: state, enqueuedAt: monotonic())
+        let queue = OneEntry(supervisor)
         loop.run([supervisor])
-        return supervisor.finish()
+        let status = supervisor.finish()
+        queue.finished()
+        return status
     }
+}
+
+/// `bgtask run`'s queue: bgtaskd's `Scheduler`, of one entry, asked as bgtaskd asks it — the slot before the start,
+/// the start, the end. One slot: the daemon's limits (`daemon.*`) are not a foreground command's.
+final class OneEntry {
+    var scheduler = Scheduler<Supervisor, Supervisor.Rest>(limits: Schedule.Limits(maxRunning: 1, maxRunningHeavy: 1, maxPendingPerApp: 1),
+                                                           now: monotonic(), day: 0, submitsPerSecond: 1, submitBurst: 1)
+    let id: String
+    init(_ s: Supervisor) {
+        id = s.id
+        scheduler.add(.init(fields: s.machine.task), s)
+        s.slot = { [unowned self] _ in self.scheduler.slot(for: self.id) }
+        s.onEvent = { [unowned self] _, kind in if kind == .started { self.scheduler.start(self.id) } }
+    }
+    func finished() { _ = scheduler.finish(id) }
 }
 
 public func monotonic() -> Double {
