@@ -38,23 +38,25 @@ let package = Package(
 
         // The JSON value every --json output, trace and audit record is made of: a leaf, no dependencies.
         .target(name: "BgtaskJSON"),
+        // Reading files and directories with the path and errno of every error: a leaf, for whoever reads a file.
+        .target(name: "BgtaskFiles"),
 
         // Reads the machine: sysfs, libudev, UPower, NetworkManager, power-profiles-daemon, rtnetlink.
-        .target(name: "BgtaskProbes", dependencies: ["BgtaskJSON", "CUdev", "CUPower", "CLinux"]),
+        .target(name: "BgtaskProbes", dependencies: ["BgtaskJSON", "BgtaskFiles", "CUdev", "CUPower", "CLinux"]),
 
         // The policy language: parse, type-check, evaluate, explain. No I/O: text in, decisions out.
         .target(name: "BgtaskPolicy", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")]),
 
         // Configuration shared by the CLI and the daemon: policy layers (and the built-in default), state
         // and runtime directories by the XDG rules, and the ownership checks on them.
-        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProtocol", "BgtaskProbes", .product(name: "TOMLKit", package: "TOMLKit")]),
+        .target(name: "BgtaskConfig", dependencies: ["BgtaskPolicy", "BgtaskProtocol", "BgtaskProbes", "BgtaskFiles", .product(name: "TOMLKit", package: "TOMLKit")]),
 
         // The scheduler core: pure state machines over (conditions, tasks, now) → actions.
         // Also the task's events for observers, the trace format, and the meeting of readings and policy values.
         .target(name: "BgtaskCore", dependencies: ["BgtaskPolicy", "BgtaskJSON"]),
 
         // Executors and the run loop: spawn, throttle, pause, expire, driven by BgtaskCore.
-        .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskConfig", "CLinux"]),
+        .target(name: "BgtaskRun", dependencies: ["BgtaskProbes", "BgtaskFiles", "BgtaskPolicy", "BgtaskCore", "BgtaskConfig", "CLinux"]),
 
         // What the queue's and the audit trail's SQLite files share: their application id, foreign files refused.
         .target(name: "BgtaskStorage", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
@@ -75,7 +77,7 @@ let package = Package(
                                                     .product(name: "GRDB", package: "GRDB.swift")]),
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
-        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskProtocol", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
+        .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskFiles", "BgtaskProtocol", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
                                                      "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux", "CSystemd"]),
         // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
         .target(name: "CICUNoData"),
@@ -102,13 +104,13 @@ let package = Package(
                                                                "BgtaskBus", "BgtaskQueue", "BgtaskCore"],
                           path: "Benchmarks/bgtask-bench"),
 
-        .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskTestSupport"],
+        .testTarget(name: "BgtaskProbesTests", dependencies: ["BgtaskProbes", "BgtaskFiles", "BgtaskTestSupport"],
                     exclude: ["Fixtures"]),
         .testTarget(name: "BgtaskPolicyTests", dependencies: ["BgtaskPolicy", "BgtaskCore", "BgtaskProbes", "BgtaskRun", "BgtaskConfig", "BgtaskTestSupport"],
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig", "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskFiles", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

@@ -5,6 +5,7 @@ import BgtaskPolicy
 import BgtaskProtocol
 import BgtaskProbes
 import TOMLKit
+import BgtaskFiles
 
 /// An app's manifest — the Linux form of Info.plist's `BGTaskSchedulerPermittedIdentifiers` and background
 /// modes: `$XDG_DATA_HOME/bgtask/apps/APP-ID.toml`, then each of `$XDG_DATA_DIRS/bgtask/apps/`.

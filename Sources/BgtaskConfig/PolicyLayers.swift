@@ -3,6 +3,7 @@
 #endif
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskFiles
 
 /// One layer of the policy: the built-in default, or a file.
 public enum PolicySource: Sendable, Equatable {

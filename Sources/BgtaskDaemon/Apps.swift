@@ -10,6 +10,7 @@ import BgtaskPolicy
 import BgtaskProbes
 import BgtaskQueue
 import BgtaskRun
+import BgtaskFiles
 
 extension Daemon: AppBroker {}
 

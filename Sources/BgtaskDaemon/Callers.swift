@@ -5,6 +5,7 @@ import BgtaskBus
 import BgtaskProbes
 import BgtaskRun
 import CLinux
+import BgtaskFiles
 
 /// Where a caller runs, as far as bgtaskd can tell from outside it (never from what it claims).
 enum Sandbox: Equatable, CustomStringConvertible {

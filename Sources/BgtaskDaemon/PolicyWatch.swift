@@ -4,6 +4,7 @@
 import BgtaskBus
 import BgtaskConfig
 import BgtaskProbes
+import BgtaskFiles
 
 /// Watches the directories the policy layers and the app manifests live in, including ones that do not exist
 /// yet: a fresh account has no `~/.config/bgtask`, so the nearest existing ancestor is watched for the next

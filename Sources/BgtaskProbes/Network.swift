@@ -1,3 +1,5 @@
+import BgtaskFiles
+
 public struct NetworkLink: Sendable, Equatable {
     public enum Kind: String, Sendable, Codable { case ethernet, wifi, cellular, loopback, virtual, other }
 

@@ -1,3 +1,5 @@
+import BgtaskFiles
+
 /// One `power_supply` device, its attributes parsed into units, with a note for every value
 /// that was odd and therefore dropped.
 public struct PowerSupply: Sendable, Equatable {

@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import CUPower
+import BgtaskFiles
 
 /// One logind session as `org.freedesktop.login1.Session` describes it.
 public struct LoginSession: Sendable, Equatable {

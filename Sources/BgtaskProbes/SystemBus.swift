@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import CUPower
+import BgtaskFiles
 
 func cString(_ p: UnsafePointer<CChar>?) -> String? { p.map { String(cString: $0) } }
 

@@ -1,5 +1,6 @@
 #if canImport(Glibc)
 @preconcurrency import Glibc
+import BgtaskFiles
 #endif
 
 /// What the whole machine draws now, from the best source this user may read, named, with how far to trust

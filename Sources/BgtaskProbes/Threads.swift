@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import CLinux
+import BgtaskFiles
 
 /// A detached OS thread: the udev/netlink poll loop and the GLib main loop each need one of their own,
 /// since libudev and GLib objects are bound to the thread that uses them.

@@ -3,6 +3,7 @@
 #endif
 import CUPower
 import Synchronization
+import BgtaskFiles
 
 /// A snapshot and what changed in it, and the event that caused it.
 public struct ConditionUpdate: Sendable {

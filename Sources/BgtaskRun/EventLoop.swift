@@ -6,6 +6,7 @@ import BgtaskPolicy
 import BgtaskProbes
 import CLinux
 import Synchronization
+import BgtaskFiles
 
 /// One poll loop on the calling thread for any number of supervisors: the condition watcher's wake pipe,
 /// a signalfd (every catchable terminating signal, and SIGCHLD), and a timeout at the earliest deadline any

@@ -5,6 +5,7 @@ import BgtaskConfig
 import BgtaskProbes
 import CLinux
 import Synchronization
+import BgtaskFiles
 
 /// How a task's CPU is capped and its process tree frozen, best first: cgroup v2 `cpu.max` and
 /// `cgroup.freeze` in a delegated subtree, else a cgroup v1 `cpu` quota and `freezer` (as root), else

@@ -6,6 +6,7 @@ import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
 import CLinux
+import BgtaskFiles
 
 /// A task whose supervisor (`bgtask run`) is gone: killed, crashed, or its machine's session ended.
 public struct Orphan: Sendable {

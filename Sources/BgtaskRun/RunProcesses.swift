@@ -5,6 +5,7 @@ import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskFiles
 
 /// Every process of one run: the command and whatever it started — daemons too, which leave its process
 /// group (setsid, a double fork) but keep its environment. bgtaskd gives each spawn a token

@@ -6,6 +6,7 @@ import BgtaskConfig
 @testable import BgtaskDaemon
 import BgtaskProbes
 import Testing
+import BgtaskFiles
 
 @Suite("who calls bgtaskd: a caller's sandbox from what cannot race, never from its claims")
 struct CallerTests {

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 @testable import BgtaskProbes
 import BgtaskTestSupport
+import BgtaskFiles
 
 @Suite("Odd sysfs values never crash a probe")
 struct BadInputTests {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import BgtaskProbes
 import BgtaskTestSupport
+import BgtaskFiles
 
 /// Built trees in the shapes of the faults an outside review found: each would have crashed a probe,
 /// hidden a state, or invented a reading.
