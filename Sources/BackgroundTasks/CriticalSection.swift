@@ -1,5 +1,6 @@
 import BgtaskBus
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -33,7 +34,7 @@ extension BGTaskScheduler {
 }
 
 /// The sections of this process, their lock descriptors, and logind's signals.
-/// Unchecked: `sections`, `next`, `system` and `thread` are read and written under `lock`.
+/// Unchecked: `system` and `thread` are set once, under the sections' Mutex (in `begin`), and only read after.
 final class CriticalSections: @unchecked Sendable {
     static let shared = CriticalSections()
 
@@ -44,9 +45,11 @@ final class CriticalSections: @unchecked Sendable {
         let expiration: (() -> Void)?
     }
 
-    let lock = NSLock()
-    var sections: [Int: Section] = [:]
-    var next = 1
+    struct Sections: Sendable {
+        var open: [Int: Section] = [:]
+        var next = 1
+    }
+    let sections = Mutex(Sections())
     var system: BusConnection?
     var thread: BusThread?
     let handlerQueue = DispatchQueue(label: "BackgroundTasks.critical-section", qos: .background)
@@ -68,31 +71,31 @@ final class CriticalSections: @unchecked Sendable {
     }
 
     func begin(name: String, who: String, expiration: (() -> Void)?) -> BGBackgroundTaskIdentifier {
-        lock.lock()
-        defer { lock.unlock() }
-        guard let bus = systemBus() else {
-            DaemonLink.warn("beginBackgroundTask(\(name)): no system bus, so no sleep lock; the work is not protected")
-            return .invalid
+        return sections.withLock { s in
+            guard let bus = systemBus() else {
+                DaemonLink.warn("beginBackgroundTask(\(name)): no system bus, so no sleep lock; the work is not protected")
+                return .invalid
+            }
+            let (held, refused) = bus.delayLocks(["sleep", "shutdown"], who: who, why: name)
+            for (kind, why) in refused.sorted(by: { $0.key < $1.key }) {
+                DaemonLink.warn("beginBackgroundTask(\(name)): logind gave no \(kind) delay lock: \(why)")
+            }
+            guard !held.isEmpty else { return .invalid }
+            let id = s.next
+            s.next += 1
+            s.open[id] = Section(fds: Array(held.values), expiration: expiration)
+            return BGBackgroundTaskIdentifier(rawValue: id)
         }
-        let (held, refused) = bus.delayLocks(["sleep", "shutdown"], who: who, why: name)
-        for (kind, why) in refused.sorted(by: { $0.key < $1.key }) {
-            DaemonLink.warn("beginBackgroundTask(\(name)): logind gave no \(kind) delay lock: \(why)")
-        }
-        guard !held.isEmpty else { return .invalid }
-        let id = next
-        next += 1
-        sections[id] = Section(fds: Array(held.values), expiration: expiration)
-        return BGBackgroundTaskIdentifier(rawValue: id)
     }
 
     func end(_ id: BGBackgroundTaskIdentifier) {
-        guard let s = lock.withLock({ sections.removeValue(forKey: id.rawValue) }) else { return }
+        guard let s = sections.withLock({ $0.open.removeValue(forKey: id.rawValue) }) else { return }
         for fd in s.fds { close(fd) }
     }
 
     /// The machine is about to sleep or shut down: every section's handler runs, then its lock goes.
     func expireAll() {
-        let all = lock.withLock { sections }
+        let all = sections.withLock { $0.open }
         for (id, s) in all.sorted(by: { $0.key < $1.key }) {
             handlerQueue.async { [weak self] in
                 s.expiration?()
@@ -102,5 +105,5 @@ final class CriticalSections: @unchecked Sendable {
     }
 
     /// Open sections (for tests and `description`).
-    var count: Int { lock.withLock { sections.count } }
+    var count: Int { sections.withLock { $0.open.count } }
 }

@@ -1,44 +1,46 @@
 import BgtaskBus
 import BgtaskProtocol
 import Foundation
+import Synchronization
 
 /// The library's side of the app methods (docs/protocol.md): one private session-bus connection, a thread
 /// of its own where `Launch` and `Expire` arrive, the handlers, and the tasks running in this process.
-/// Unchecked: every `var` below is read and written under `lock`; the queues and the lock are constant.
-final class DaemonLink: @unchecked Sendable {
+final class DaemonLink: Sendable {
     /// Handlers are the app's closures: called on its queue, as Apple's are (not required to be Sendable).
     struct Registration: @unchecked Sendable {
         let queue: DispatchQueue
         let handler: (BGTask) -> Void
     }
 
-    let lock = NSLock()
-    var thread: BusThread?
-    var bus: BusConnection?
-    var appID: String?
-    var handlers: [String: Registration] = [:]
-    var running: [String: BGTask] = [:]
-    /// Titles of the continued requests this process submitted (the `Launch` signal carries only the kind).
-    var titles: [String: (String, String)] = [:]
-    var readySent = false
-    var readyTimer: UInt32?
-    var mainQueueTurnAsked = false
-    var samplers: [String: UInt32] = [:]
-    var lastProgress: [String: (Int64, Int64)] = [:]
+    struct State: Sendable {
+        var thread: BusThread?
+        var bus: BusConnection?
+        var appID: String?
+        var handlers: [String: Registration] = [:]
+        var running: [String: BGTask] = [:]
+        /// Titles of the continued requests this process submitted (the `Launch` signal carries only the kind).
+        var titles: [String: (String, String)] = [:]
+        var readySent = false
+        var readyTimer: UInt32?
+        var mainQueueTurnAsked = false
+        var samplers: [String: UInt32] = [:]
+        var lastProgress: [String: (Int64, Int64)] = [:]
+    }
+    let state = Mutex(State())
     /// Expiration handlers run here: the launch handler's own queue may be held by the work they stop.
     let expirationQueue = DispatchQueue(label: "BackgroundTasks.expiration", qos: .background)
 
     static let progressInterval = 0.25
     static let callTimeoutMs: Int32 = 5_000
 
-    var currentAppID: String? { lock.withLock { appID } ?? DaemonLink.environmentAppID }
+    var currentAppID: String? { state.withLock { $0.appID } ?? DaemonLink.environmentAppID }
 
     static var environmentAppID: String? {
         let env = ProcessInfo.processInfo.environment
         return [env["BGTASK_APP_ID"], env["FLATPAK_ID"]].compactMap { $0 }.first { !$0.isEmpty }
     }
 
-    func setAppID(_ id: String?) { lock.withLock { appID = id } }
+    func setAppID(_ id: String?) { state.withLock { $0.appID = id } }
 
     static func warn(_ message: String) {
         FileHandle.standardError.write(Data("BackgroundTasks: \(message)\n".utf8))
@@ -48,40 +50,40 @@ final class DaemonLink: @unchecked Sendable {
 
     /// The connection, made on first use; nil with the reason when there is no session bus.
     func connection() -> Result<(BusConnection, BusThread), BGTaskScheduler.Error> {
-        lock.lock()
-        defer { lock.unlock() }
-        if let b = bus, let t = thread { return .success((b, t)) }
-        let b: BusConnection
-        do { b = try BusConnection(privateSession: true) } catch {
-            return .failure(BGTaskScheduler.Error(.unavailable, message: "no session bus: \(error.message)"))
-        }
-        let t: BusThread
-        do { t = try BusThread() } catch {
-            return .failure(BGTaskScheduler.Error(.unavailable, message: error.message))
-        }
-        bus = b
-        thread = t
-        // Subscribed from the bus thread, so the signals are dispatched there.
-        t.sync {
-            for signal in [SchedulerSignal.launch, .expire] {
-                b.subscribe(signal) { [weak self] _, args in
-                    guard let self, args.count == 3, let app = args[0].string, let id = args[1].string, let third = args[2].string else { return }
-                    if signal == .launch { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
+        return state.withLock { s in
+            if let b = s.bus, let t = s.thread { return .success((b, t)) }
+            let b: BusConnection
+            do throws(BusError) { b = try BusConnection(privateSession: true) } catch {
+                return .failure(BGTaskScheduler.Error(.unavailable, message: "no session bus: \(error.message)"))
+            }
+            let t: BusThread
+            do throws(BusError) { t = try BusThread() } catch {
+                return .failure(BGTaskScheduler.Error(.unavailable, message: error.message))
+            }
+            s.bus = b
+            s.thread = t
+            // Subscribed from the bus thread, so the signals are dispatched there.
+            t.sync {
+                for signal in [SchedulerSignal.launch, .expire] {
+                    b.subscribe(signal) { [weak self] _, args in
+                        guard let self, args.count == 3, let app = args[0].string, let id = args[1].string, let third = args[2].string else { return }
+                        if signal == .launch { self.launch(app: app, identifier: id, kind: third) } else { self.expire(app: app, identifier: id, reason: third) }
+                    }
+                }
+                #if !canImport(Darwin)
+                b.subscribe(.conditionsChanged) { _, args in
+                    if case .dict(let d)? = args.first { SystemConditions.shared.changed(d) }
+                }
+                #endif
+                // A daemon that restarts has forgotten this app's handlers: tell the new one again.
+                b.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                            path: "/org/freedesktop/DBus") { [weak self] _, args in
+                    guard let self, args.count == 3, args[0].string == SchedulerBus.name, let new = args[2].string, !new.isEmpty else { return }
+                    self.daemonRestarted()
                 }
             }
-            #if !canImport(Darwin)
-            b.subscribe(.conditionsChanged) { _, args in
-                if case .dict(let d)? = args.first { SystemConditions.shared.changed(d) }
-            }
-            #endif
-            // A daemon that restarts has forgotten this app's handlers: tell the new one again.
-            b.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
-                        path: "/org/freedesktop/DBus") { [weak self] _, args in
-                guard let self, args.count == 3, args[0].string == SchedulerBus.name, let new = args[2].string, !new.isEmpty else { return }
-                self.daemonRestarted()
-            }
+            return .success((b, t))
         }
-        return .success((b, t))
     }
 
     func call(_ method: SchedulerMethod, _ args: [BusValue]) -> Result<[BusValue], BGTaskScheduler.Error> {
@@ -106,7 +108,7 @@ final class DaemonLink: @unchecked Sendable {
     /// The app's id: set, from the environment, or the one manifest that permits `identifier`.
     func resolveApp(for identifier: String) -> Result<String, BGTaskScheduler.Error> {
         if let a = currentAppID {
-            lock.withLock { if appID == nil { appID = a } }
+            state.withLock { if $0.appID == nil { $0.appID = a } }
             return .success(a)
         }
         guard case .success(let reply) = call(.listApps, []), case .dicts(let apps)? = reply.first else {
@@ -119,7 +121,7 @@ final class DaemonLink: @unchecked Sendable {
         }
         switch candidates.count {
         case 1:
-            lock.withLock { appID = candidates[0] }
+            state.withLock { $0.appID = candidates[0] }
             return .success(candidates[0])
         case 0 where infos.allSatisfy({ $0.id == nil }):
             // No manifest at all (or only broken ones): the manifest is what is missing, not an identifier in it.
@@ -140,12 +142,12 @@ final class DaemonLink: @unchecked Sendable {
         // application finishes launching"): once bgtaskd was told the app is ready, a due task may already have
         // been delivered and missed (bgtaskd records it as not handled). Continued tasks may register later, and
         // the library cannot tell which this is, so it says so loudly and goes on.
-        if lock.withLock({ readySent }) {
+        if state.withLock({ $0.readySent }) {
             DaemonLink.warn("register(forTaskWithIdentifier: \(identifier)) after the app finished launching: a refresh or processing "
                             + "handler must be registered before (before the first submit); a launch that came first was not "
                             + "handled (Apple's BGTaskScheduler stops the app at this mistake)")
         }
-        if lock.withLock({ handlers[identifier] != nil }) {
+        if state.withLock({ $0.handlers[identifier] != nil }) {
             DaemonLink.warn("a launch handler for \(identifier) is registered already; the first one stays")
             return false
         }
@@ -163,7 +165,7 @@ final class DaemonLink: @unchecked Sendable {
         // Apple's default for a nil queue is a background queue; a higher QoS would also have libdispatch try to
         // renice its worker below a background launch's nice 10 (refused, and logged in the journal).
         let q = queue ?? DispatchQueue(label: "BackgroundTasks.\(identifier)", qos: .background)
-        lock.withLock { handlers[identifier] = Registration(queue: q, handler: handler) }
+        state.withLock { $0.handlers[identifier] = Registration(queue: q, handler: handler) }
         scheduleReady()
         return true
     }
@@ -172,30 +174,30 @@ final class DaemonLink: @unchecked Sendable {
     /// first turns, or half a second after its last registration, whichever comes first.
     func scheduleReady() {
         guard case .success(let (_, t)) = connection() else { return }
-        let askMain = lock.withLock { () -> Bool in
-            if readySent { return false }
-            if let old = readyTimer { t.cancel(old) }
-            readyTimer = t.after(0.5) { [weak self] in self?.sendReady() }
-            let first = !mainQueueTurnAsked
-            mainQueueTurnAsked = true
+        let askMain = state.withLock { s -> Bool in
+            if s.readySent { return false }
+            if let old = s.readyTimer { t.cancel(old) }
+            s.readyTimer = t.after(0.5) { [weak self] in self?.sendReady() }
+            let first = !s.mainQueueTurnAsked
+            s.mainQueueTurnAsked = true
             return first
         }
         if askMain { DispatchQueue.main.async { [weak self] in self?.sendReady() } }
     }
 
     func sendReady() {
-        let app: String? = lock.withLock {
-            if readySent || handlers.isEmpty { return nil }
-            readySent = true
-            if let t = readyTimer { thread?.cancel(t); readyTimer = nil }
-            return appID
+        let app: String? = state.withLock { s in
+            if s.readySent || s.handlers.isEmpty { return nil }
+            s.readySent = true
+            if let t = s.readyTimer { s.thread?.cancel(t); s.readyTimer = nil }
+            return s.appID
         }
         guard let app else { return }
         if case .failure(let e) = call(.appReady, [.string(app)]) { DaemonLink.warn("cannot tell bgtaskd the app is ready: \(e.errorDescription ?? "")") }
     }
 
     func daemonRestarted() {
-        let (app, ids, wasReady) = lock.withLock { (appID, Array(handlers.keys), readySent) }
+        let (app, ids, wasReady) = state.withLock { ($0.appID, Array($0.handlers.keys), $0.readySent) }
         guard let app, !ids.isEmpty else { return }
         for id in ids.sorted() { _ = call(.appRegister, [.string(app), .string(id)]) }
         if wasReady { _ = call(.appReady, [.string(app)]) }
@@ -204,13 +206,13 @@ final class DaemonLink: @unchecked Sendable {
     // MARK: Launches and expirations (on the bus thread)
 
     func launch(app: String, identifier: String, kind: String) {
-        let (registration, mine) = lock.withLock { (handlers[identifier], app == appID && running[identifier] == nil) }
+        let (registration, mine) = state.withLock { ($0.handlers[identifier], app == $0.appID && $0.running[identifier] == nil) }
         guard mine else { return }
         let task: BGTask
         switch kind {
         case "refresh": task = BGAppRefreshTask(identifier: identifier, link: self)
         case "continued":
-            let (title, subtitle) = lock.withLock { titles[identifier] ?? (identifier, "") }
+            let (title, subtitle) = state.withLock { $0.titles[identifier] ?? (identifier, "") }
             task = BGContinuedProcessingTask(identifier: identifier, title: title, subtitle: subtitle, link: self)
         default: task = BGProcessingTask(identifier: identifier, link: self)
         }
@@ -221,7 +223,7 @@ final class DaemonLink: @unchecked Sendable {
             _ = call(.appLaunchReceived, [.string(app), .string(identifier), .bool(false), .string(why)])
             return
         }
-        lock.withLock { running[identifier] = task }
+        state.withLock { $0.running[identifier] = task }
         // Said before the handler can run (and complete): a process that leaves before this is launched again.
         _ = call(.appLaunchReceived, [.string(app), .string(identifier), .bool(true), .string("")])
         if let c = task as? BGContinuedProcessingTask { sample(c) }
@@ -229,7 +231,7 @@ final class DaemonLink: @unchecked Sendable {
     }
 
     func expire(app: String, identifier: String, reason: String) {
-        guard let task = lock.withLock({ app == appID ? running[identifier] : nil }) else { return }
+        guard let task = state.withLock({ app == $0.appID ? $0.running[identifier] : nil }) else { return }
         let (handler, done) = task.takeExpirationHandler()
         if done { return }
         guard let handler else {
@@ -252,15 +254,15 @@ final class DaemonLink: @unchecked Sendable {
             self.sendProgress(task)
             self.sample(task)
         }
-        lock.withLock { samplers[task.identifier] = id }
+        state.withLock { $0.samplers[task.identifier] = id }
     }
 
     func sendProgress(_ task: BGContinuedProcessingTask) {
         let now = (max(0, task.progress.completedUnitCount), max(0, task.progress.totalUnitCount))
-        let app = lock.withLock { () -> String? in
-            if let last = lastProgress[task.identifier], last == now { return nil }
-            lastProgress[task.identifier] = now
-            return appID
+        let app = state.withLock { s -> String? in
+            if let last = s.lastProgress[task.identifier], last == now { return nil }
+            s.lastProgress[task.identifier] = now
+            return s.appID
         }
         guard let app else { return }
         _ = call(.appProgress, [.string(app), .string(task.identifier), .uint64(UInt64(now.0)), .uint64(UInt64(now.1))])
@@ -269,13 +271,13 @@ final class DaemonLink: @unchecked Sendable {
     // MARK: Calls from the app's tasks
 
     func completed(_ task: BGTask, success: Bool) {
-        let sampler = lock.withLock { () -> UInt32? in
-            running[task.identifier] = nil
-            return samplers.removeValue(forKey: task.identifier)
+        let (sampler, thread) = state.withLock { s -> (UInt32?, BusThread?) in
+            s.running[task.identifier] = nil
+            return (s.samplers.removeValue(forKey: task.identifier), s.thread)
         }
         if let s = sampler { thread?.cancel(s) }
         if let c = task as? BGContinuedProcessingTask { sendProgress(c) }
-        lock.withLock { lastProgress[task.identifier] = nil }
+        state.withLock { $0.lastProgress[task.identifier] = nil }
         guard let app = currentAppID else { return }
         // "not running": the daemon ended it already (its grace ran out); nothing is lost.
         if case .failure(let e) = call(.appComplete, [.string(app), .string(task.identifier), .bool(success)]), !e.message.contains("not running") {
@@ -284,7 +286,7 @@ final class DaemonLink: @unchecked Sendable {
     }
 
     func updateTitle(_ task: BGContinuedProcessingTask, title: String, subtitle: String) {
-        lock.withLock { titles[task.identifier] = (title, subtitle) }
+        state.withLock { $0.titles[task.identifier] = (title, subtitle) }
         guard let app = currentAppID else { return }
         if case .failure(let e) = call(.appUpdateTitle, [.string(app), .string(task.identifier), .string(title), .string(subtitle)]) {
             DaemonLink.warn("updating the title of \(task.identifier): \(e.errorDescription ?? "")")
@@ -318,7 +320,7 @@ final class DaemonLink: @unchecked Sendable {
             request.strategy = c.strategy == .fail ? "fail" : "queue"
             request.resources = c.requiredResources.contains(.gpu) ? ["gpu"] : []
             // The launch can arrive before the reply does.
-            lock.withLock { titles[c.identifier] = (c.title, c.subtitle) }
+            state.withLock { $0.titles[c.identifier] = (c.title, c.subtitle) }
         }
         // Ready first: a continued task is delivered as soon as it starts.
         sendReady()

@@ -1,6 +1,7 @@
 import BgtaskBus
 import BgtaskProtocol
 import Foundation
+import Synchronization
 
 #if !canImport(Darwin)
 // Foundation on Linux has no thermalState, isLowPowerModeEnabled or their notifications, so iOS code that
@@ -29,27 +30,31 @@ extension Notification.Name {
 
 /// The values ProcessInfo reads: asked of bgtaskd once (`GetConditions`), then kept by its `ConditionsChanged`
 /// signal, which also posts the notifications. No timer: bgtaskd says when they change.
-/// Unchecked: `values` and `failedAt` are read and written under `lock`.
-final class SystemConditions: @unchecked Sendable {
+final class SystemConditions: Sendable {
     static let shared = SystemConditions()
-    struct Values: Equatable { var thermal: ProcessInfo.ThermalState = .nominal; var lowPower = false }
+    struct Values: Equatable, Sendable { var thermal: ProcessInfo.ThermalState = .nominal; var lowPower = false }
 
-    let lock = NSLock()
-    var values: Values?
-    /// When the daemon was last asked without an answer: not asked again on every read.
-    var failedAt: Date?
+    struct State: Sendable {
+        var values: Values?
+        /// When the daemon was last asked without an answer: not asked again on every read.
+        var failedAt: Date?
+    }
+    let state = Mutex(State())
 
     func current() -> Values {
-        if let v = lock.withLock({ values }) { return v }
-        if let f = lock.withLock({ failedAt }), Date().timeIntervalSince(f) < 5 { return Values() }
+        if let v = state.withLock({ $0.values }) { return v }
+        if let f = state.withLock({ $0.failedAt }), Date().timeIntervalSince(f) < 5 { return Values() }
         let link = BGTaskScheduler.shared.link
         guard case .success(let reply) = link.call(.getConditions, []), case .dict(let d)? = reply.first else {
-            lock.withLock { failedAt = Date() }
+            state.withLock { $0.failedAt = Date() }
             return Values()
         }
         let v = SystemConditions.values(d)
         // A signal may have come first: it is newer.
-        return lock.withLock { values ?? { values = v; return v }() }
+        return state.withLock { s in
+            if s.values == nil { s.values = v }
+            return s.values!
+        }
     }
 
     static func values(_ d: [String: BusValue]) -> Values {
@@ -69,9 +74,9 @@ final class SystemConditions: @unchecked Sendable {
     /// From the bus thread: keeps the new values and posts what changed, as Apple posts them.
     func changed(_ d: [String: BusValue]) {
         let new = SystemConditions.values(d)
-        let old = lock.withLock { () -> Values? in
-            defer { values = new }
-            return values
+        let old = state.withLock { s -> Values? in
+            defer { s.values = new }
+            return s.values
         }
         let before = old ?? Values()
         if before.thermal != new.thermal {

@@ -2,21 +2,23 @@
 @preconcurrency import Glibc
 #endif
 import CGio
+import Synchronization
 
 /// A thread of its own running a GLib main loop on a private context: where a library inside an app
 /// receives its signals and runs its timers, whatever the app's own main thread does (a GTK loop,
 /// `dispatchMain()`, or nothing). It sleeps until a message or a timer arrives — no polling.
-/// Unchecked: `timers` is read and written under `lock`; `thread` is set in `init` only; the context and the loop
-/// are GLib's, which may be attached to, woken and quit from any thread.
+/// Unchecked: `timers` is a Mutex; `thread` is set in `init` only; the context and the loop are GLib's, which may be
+/// attached to, woken and quit from any thread.
 public final class BusThread: @unchecked Sendable {
     let context: OpaquePointer
     let loop: OpaquePointer
     var thread = pthread_t()
     /// Timers by id, so a cancelled one is never called.
-    var timers: [UInt32: Box] = [:]
-    let lock = BusLock()
+    let timers = Mutex<[UInt32: Box]>([:])
 
-    final class Box {
+    /// Unchecked: its action is handed over, never shared: it is called once, on this thread (GLib's invoke or
+    /// timeout on this context), and the caller keeps no reference to it.
+    final class Box: @unchecked Sendable {
         let action: () -> Void
         init(_ action: @escaping () -> Void) { self.action = action }
     }
@@ -81,12 +83,11 @@ public final class BusThread: @unchecked Sendable {
         let box = Box(body)
         let ms = guint(max(0, min(3_600_000, (seconds * 1000).rounded(.up))))
         // The id is only known after attaching; the callback looks itself up under the lock.
-        return lock.locked {
+        return timers.withLock { timers in
             let holder = Holder()
             let id = cgio_timeout(context, ms, { ctx in
                 let h = Unmanaged<Holder>.fromOpaque(ctx!).takeRetainedValue()
-                let action = h.owner?.takeTimer(h.id)
-                action?()
+                h.owner?.takeTimer(h.id)?.action()
             }, Unmanaged.passRetained(holder).toOpaque())
             holder.owner = self
             holder.id = id
@@ -100,26 +101,14 @@ public final class BusThread: @unchecked Sendable {
         var id: UInt32 = 0
     }
 
-    func takeTimer(_ id: UInt32) -> (() -> Void)? {
-        lock.locked { timers.removeValue(forKey: id)?.action }
+    func takeTimer(_ id: UInt32) -> Box? {
+        timers.withLock { $0.removeValue(forKey: id) }
     }
 
     /// Cancels a timer from `after`; nothing happens if it already ran.
     public func cancel(_ id: UInt32) {
-        guard lock.locked({ timers.removeValue(forKey: id) }) != nil else { return }
+        guard timers.withLock({ $0.removeValue(forKey: id) }) != nil else { return }
         async { [context] in cgio_source_remove(context, id) }
-    }
-}
-
-/// A POSIX mutex (BgtaskBus does not import Foundation). Unchecked: it is the synchronisation itself.
-public final class BusLock: @unchecked Sendable {
-    var m = pthread_mutex_t()
-    public init() { pthread_mutex_init(&m, nil) }
-    deinit { pthread_mutex_destroy(&m) }
-    public func locked<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(&m)
-        defer { pthread_mutex_unlock(&m) }
-        return try body()
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 
 /// Where bgtask's GRDB queues are opened and closed, and why none is ever freed.
 ///
@@ -11,14 +12,12 @@ import GRDB
 /// journal (libdispatch's `_dispatch_worker_thread`). So a connection is closed when its owner is done with it,
 /// and the closed queue — a few hundred bytes, no file — is kept until the process exits.
 public enum Connections {
-    private static let lock = NSLock()
-    /// Read and written only under `lock`.
-    nonisolated(unsafe) private static var kept: [DatabaseQueue] = []
+    private static let kept = Mutex<[DatabaseQueue]>([])
 
     /// A queue on `path`, kept for the life of the process.
     public static func open(path: String, configuration: Configuration) throws -> DatabaseQueue {
         let q = try DatabaseQueue(path: path, configuration: configuration)
-        lock.lock(); kept.append(q); lock.unlock()
+        kept.withLock { $0.append(q) }
         return q
     }
 
