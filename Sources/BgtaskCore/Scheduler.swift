@@ -59,6 +59,7 @@ public struct Scheduler<Item, Rest: RestState> {
     private var heldBack: Set<String> = []
     /// Resting tasks, in groups alike (see `rest`, `wake`): few, found by a scan.
     private var groups: [Group] = []
+    private var groupsMade = 0
     /// Beyond this many groups a task that could rest stays awake: tasks that each rest on a state of their own
     /// (holds begun at different times) would make a group each, and every look-up a scan of them.
     public static var maxGroups: Int { 64 }
@@ -72,6 +73,8 @@ public struct Scheduler<Item, Rest: RestState> {
     /// Resting tasks of one class and app that rest on one verdict and on rests that share a group: a change of
     /// conditions asks the class's verdict once, and the tasks are told apart by their id and submission time alone.
     private struct Group {
+        /// Its own number, for the life of the scheduler: tasks woken from it say where they came from.
+        var number: Int
         var key: RestKey
         var app: String?
         var rest: Rest
@@ -84,12 +87,16 @@ public struct Scheduler<Item, Rest: RestState> {
             f.id = id
             return Job(fields: f, app: app, submitted: submitted)
         }
+        func woken(_ id: String, submitted: Double) -> Woken { Woken(job: job(id, submitted: submitted), rest: rest, group: number) }
     }
 
-    /// A resting task taken out of its group (`wake`, `wakeOne`): it has left the queue's books until `add`ed again.
+    /// A resting task taken out of its group (`wake`, `wakeOne`, `nextForSlot`): it has left the queue's books until
+    /// `add`ed again, or put back to rest (`rest(_:like:)`).
     public struct Woken {
         public var job: Job
         public var rest: Rest
+        /// The group it was woken from: tasks of one group decide alike.
+        public var group: Int
         public var id: String { job.id }
     }
 
@@ -205,7 +212,7 @@ public struct Scheduler<Item, Rest: RestState> {
     /// A resting task out of its group (an emptied group goes).
     private mutating func takeResting(_ id: String) -> Woken? {
         guard let g = groups.firstIndex(where: { $0.ids[id] != nil }), let submitted = groups[g].ids.removeValue(forKey: id) else { return nil }
-        let w = Woken(job: groups[g].job(id, submitted: submitted), rest: groups[g].rest)
+        let w = groups[g].woken(id, submitted: submitted)
         if groups[g].ids.isEmpty { groups.remove(at: g) }
         return w
     }
@@ -383,7 +390,8 @@ public struct Scheduler<Item, Rest: RestState> {
             groups[i].rest = rest
         } else {
             guard groups.count < Self.maxGroups else { return nil }
-            groups.append(Group(key: key, app: job.app, rest: rest, fields: job.fields))
+            groupsMade += 1
+            groups.append(Group(number: groupsMade, key: key, app: job.app, rest: rest, fields: job.fields))
             g = groups.count - 1
         }
         let item = takeAwake(id)
@@ -411,7 +419,7 @@ public struct Scheduler<Item, Rest: RestState> {
             }
             guard v != g.key.verdict else { return false }
             woken.reserveCapacity(woken.count + g.ids.count)
-            for (id, t) in g.ids { woken.append(Woken(job: g.job(id, submitted: t), rest: g.rest)) }
+            for (id, t) in g.ids { woken.append(g.woken(id, submitted: t)) }
             return true
         }
         for w in woken { count(w.job, -1) }
@@ -426,9 +434,35 @@ public struct Scheduler<Item, Rest: RestState> {
         return w
     }
 
+    /// A woken task put back to rest beside `other`, a task woken from the same group that was decided in full and
+    /// rested again: tasks of one group are told apart by nothing the policy reads, so they decide alike, and the
+    /// others of a group that wakes need no supervisor once one of them has rested. false if `other` does not rest.
+    @discardableResult
+    public mutating func rest(_ w: Woken, like other: String) -> Bool {
+        guard let g = groups.firstIndex(where: { $0.ids[other] != nil }) else { return false }
+        groups[g].ids[w.id] = w.job.submitted
+        count(w.job, +1)
+        return true
+    }
+
+    /// The resting task that waits only for a slot and may take one now, first in submission order: taken out of
+    /// its group for the caller to decide (nil: none, or no slot free for any). Tasks rest on a slot when the policy
+    /// would run them (their group's verdict is run or throttle); the class says which slot they need.
+    public mutating func nextForSlot() -> Woken? {
+        var best: (g: Int, id: String, submitted: Double)?
+        for (i, g) in groups.enumerated() where g.key.verdict == .run || g.key.verdict == .throttle {
+            guard limits.slot(for: g.fields, load: load) == nil else { continue }
+            for (id, t) in g.ids where running[id] == nil {
+                if best == nil || (t, id) < (best!.submitted, best!.id) { best = (i, id, t) }
+            }
+        }
+        guard let b = best else { return nil }
+        return wakeOne(b.id)
+    }
+
     /// Every resting task woken (a reload: each is supervised anew under the new policy).
     public mutating func wakeAll() -> [Woken] {
-        let woken = groups.flatMap { g in g.ids.map { Woken(job: g.job($0.key, submitted: $0.value), rest: g.rest) } }
+        let woken = groups.flatMap { g in g.ids.map { g.woken($0.key, submitted: $0.value) } }
         groups = []
         for w in woken { count(w.job, -1) }
         return woken

@@ -258,31 +258,40 @@ public final class Daemon {
         let woken = queue.wake { shared.verdict($0) }
         for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
         // The awake and the woken in submission order, the order in which they may take a slot.
-        var rests: [String: Supervisor.Rest] = [:]
+        var woke: [String: Scheduler<Entry, Supervisor.Rest>.Woken] = [:]
         var order: [(submitted: Double, id: String)] = queue.awake.values.map { ($0.row.submitted, $0.id) }
         for w in woken {
-            rests[w.id] = w.rest
+            woke[w.id] = w
             order.append((w.job.submitted, w.id))
         }
         order.sort { ($0.submitted, $0.id) < ($1.submitted, $1.id) }
-        // The woken tasks' rows are read back from the queue: those first in line for a slot alone, so that a start
-        // waits for no batch, then the others in one batch.
+        // Tasks woken from one group decide alike: once one of them, decided in full, rests again (on a condition, or
+        // on a slot when the slots are taken), the others of its group rest beside it with no supervisor and no row
+        // read. So a plug that makes 100,000 tasks due starts the first and decides once more, not 100,000 times.
+        var restedLike: [Int: String] = [:]
+        // The rows of the woken that need a supervisor are read back from the queue: those first in line for a slot
+        // one by one, so that a start waits for no batch, then a batch at a time of those that still may need one.
         var rows: [String: QueuedTask] = [:]
-        func read(_ ids: ArraySlice<(submitted: Double, id: String)>) {
-            let wanted = ids.map(\.id).filter { rests[$0] != nil }
-            for r in wanted.isEmpty ? [] : (try? store.rows(ids: wanted, state: "pending")) ?? [] { rows[r.id] = r }
-        }
         let first = max(1, limits.maxRunning)
-        read(order.prefix(first))
+        func read(from i: Int) {
+            let n = i < first ? 1 : 256
+            let ids = order[i...].lazy.compactMap { o in woke[o.id].flatMap { restedLike[$0.group] == nil && rows[o.id] == nil ? o.id : nil } }.prefix(n)
+            for r in (try? store.rows(ids: Array(ids), state: "pending")) ?? [] { rows[r.id] = r }
+        }
         for (i, o) in order.enumerated() {
-            if i == first { read(order.dropFirst(first)) }
             let e: Entry
-            if let r = rests[o.id] {
-                guard let row = rows[o.id] else { continue }   // gone from the file under us: nothing to start
-                e = awaken(row, r)
-            } else if let awake = queue.awake[o.id] { e = awake } else { continue }
-            e.supervisor.conditionsChanged(c, now: now, shared: shared)
-            if e.row.state != "running" { rest(e) }
+            if let w = woke[o.id] {
+                if let like = restedLike[w.group], queue.rest(w, like: like) { continue }
+                if rows[o.id] == nil { read(from: i) }
+                guard let row = rows.removeValue(forKey: o.id) else { continue }   // gone from the file under us: nothing to start
+                e = awaken(row, w.rest)
+                e.supervisor.conditionsChanged(c, now: now, shared: shared)
+                // Not a task whose own previous run still runs: that slot is its alone.
+                if e.row.state != "running", rest(e), running[e.id] == nil { restedLike[w.group] = e.id }
+            } else if let awake = queue.awake[o.id] {
+                awake.supervisor.conditionsChanged(c, now: now, shared: shared)
+                if awake.row.state != "running" { rest(awake) }
+            }
         }
     }
 
@@ -379,12 +388,20 @@ public final class Daemon {
             queue.removeWaiting(id)
             finished(e)
         }
-        // A freed slot: the tasks a slot or a budget held back are decided again, in submission order.
+        // A freed slot: the tasks a slot or a budget held back are decided again, in submission order, then resting
+        // tasks that wait only for a slot, first in line first, while one is free.
         for e in inOrder(decideAgain) where e.isWaiting {
             if case .noSlot? = e.supervisor.machine.startBlock {
                 e.supervisor.reevaluate(now: now)
                 rest(e)
             }
+        }
+        while let c = conditions, let shared = evaluator(), let w = queue.nextForSlot() {
+            guard let row = (try? store.get(w.id, state: "pending")) ?? nil else { continue }
+            let e = awaken(row, w.rest)
+            e.supervisor.conditionsChanged(c, now: now, shared: shared)
+            // Not started after all (a condition changed since it rested): it waits again, and the next free slot asks.
+            if e.isWaiting { rest(e); break }
         }
         let sups = supervisors
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps

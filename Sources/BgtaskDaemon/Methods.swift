@@ -358,7 +358,9 @@ extension Daemon {
             let why = row.calendar.map { "its calendar event '\($0)'" } ?? (row.every != nil ? "its next period" : "its earliest begin date")
             out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
         }
-        if case .noSlot(let why)? = e.awake?.machine.startBlock { out.append(["what": .string("slot"), "reason": .string(why)]) }
+        if let why = e.awake.map({ s -> String? in if case .noSlot(let why)? = s.machine.startBlock { return why } else { return nil } }) ?? e.rest?.slot {
+            out.append(["what": .string("slot"), "reason": .string(why)])
+        }
         return out
     }
 

@@ -139,8 +139,10 @@ extension Daemon {
     /// Lets a waiting task's supervisor and entry go if it may rest (see `Supervisor.rest`, `Scheduler.rest`). A new
     /// supervisor carries on the same story: its run id is the stored row's, or made from the row alone
     /// (`Daemon.runID(of:)`). Its row was written before: the queue's is the one it is woken with.
-    func rest(_ e: Entry) {
-        guard let r = e.supervisor.rest, queue.rest(e.id, verdict: r.verdict, rest: r) != nil else { return }
+    @discardableResult
+    func rest(_ e: Entry) -> Bool {
+        guard let r = e.supervisor.rest, queue.rest(e.id, verdict: r.verdict, rest: r) != nil else { return false }
         newlyResting = true
+        return true
     }
 }

@@ -233,6 +233,14 @@ public final class Supervisor {
         return last
     }
 
+    /// The last decision, if the policy would run the task and only a slot keeps it waiting: no hold running, no
+    /// earliest date or time rule to wake for. The scheduler wakes it when a slot frees (`Scheduler.nextForSlot`).
+    var waitsForASlot: Decision? {
+        guard machine.phase == .waiting, case .noSlot? = machine.startBlock, let last = machine.lastDecision, last.nextChangeAt == nil,
+              last.verdict == .run || last.verdict == .throttle, machine.nextWake == nil, tickAt == nil else { return nil }
+        return last
+    }
+
     /// What a waiting task keeps when its supervisor is let go (bgtaskd's resting tasks: 10,000 tasks waiting for
     /// the charger need a row and a verdict each, not a supervisor each). A new supervisor takes it up again with
     /// `resume(_:)` and decides as this one would have.
@@ -241,6 +249,8 @@ public final class Supervisor {
         public let decision: Decision
         public let reason: String
         public let rule: (id: String, location: String)?
+        /// Why no slot is free, when a slot is all it waits for.
+        public let slot: String?
         public var verdict: Verdict { decision.verdict }
         /// A supervisor that takes up a rest decides by its holds and its decision's verdict (it rests with no hold
         /// running and no change pending); the reason, the rule and the readings only tell why. Tasks alike whose
@@ -250,11 +260,14 @@ public final class Supervisor {
         }
     }
 
-    /// Its state to rest on, when only a change of conditions can start it and nothing tells it from tasks
-    /// alike (no rule reads its id or age: the queue's fast verdict then decides for it); nil otherwise.
+    /// Its state to rest on, when only a change of conditions or a free slot can start it and nothing tells it from
+    /// tasks alike (no rule reads its id or age: the queue's fast verdict then decides for it); nil otherwise.
     public var rest: Rest? {
-        guard !rulesReadIdentity, conditions != nil, !isDone, process == nil, app == nil, let last = waitsForACondition else { return nil }
-        return Rest(hold: machine.hold, decision: last, reason: waitingReason, rule: waitingRule)
+        guard !rulesReadIdentity, conditions != nil, !isDone, process == nil, app == nil,
+              let last = waitsForACondition ?? waitsForASlot else { return nil }
+        var slot: String?
+        if case .noSlot(let why)? = machine.startBlock { slot = why }
+        return Rest(hold: machine.hold, decision: last, reason: waitingReason, rule: waitingRule, slot: slot)
     }
 
     /// Takes up a rest: the holds and decision go back into the machine, and what was said is not said again.

@@ -236,6 +236,44 @@ struct SchedulerTests {
         #expect(all.count == Queue.maxGroups + 1 && q.restingCount == 0 && q.waitingCount == 7)
     }
 
+    @Test("a free slot goes to the first in line of the tasks resting on one, among those whose class fits it; a woken group's others rest beside the one decided")
+    func restingOnASlot() {
+        var q = queue(Schedule.Limits(maxRunning: 3, maxRunningHeavy: 1, maxPendingPerApp: 100))
+        for (id, t, heavy) in [("a", 10.0, false), ("h", 5.0, true), ("b", 20.0, false), ("c", 30.0, false)] {
+            var j = Self.job(id, heavy: heavy)
+            j.submitted = t
+            q.add(j, id)
+        }
+        q.start("a")
+        q.add(Self.job("r", heavy: true), "r")
+        q.start("r")
+        // One slot left, none for CPU-heavy work (r runs): h waits behind it although it came first.
+        for id in ["h", "b", "c"] { #expect(q.rest(id, verdict: .run, rest: "no slot") == id) }
+        #expect(q.nextForSlot()?.id == "b", "h's class has no slot: the first in line that fits takes it")
+        q.add(Self.job("b"), "b")
+        q.start("b")
+        #expect(q.nextForSlot() == nil, "no slot free")
+        _ = q.finish("r")
+        _ = q.finish("a")
+        #expect(q.nextForSlot()?.id == "h", "the first in line, now that its class fits")
+        // A resting task on a condition is not offered a slot.
+        q.add(Self.job("d"), "d")
+        q.rest("d", verdict: .defer, rest: "power")
+        #expect(q.nextForSlot()?.id == "c")
+        #expect(q.nextForSlot() == nil && q.isResting("d"))
+        // A group that wakes: once one of it rests again, the others rest beside it, counted as waiting.
+        q.add(Self.job("e"), "e")
+        q.rest("e", verdict: .defer, rest: "power")
+        let woken = q.wake { _ in .run }
+        #expect(woken.count == 2 && Set(woken.map(\.group)).count == 1 && q.waitingCount == 0)
+        q.add(woken[0].job, woken[0].id)
+        q.rest(woken[0].id, verdict: .run, rest: "no slot")
+        let besideNobody = q.rest(woken[1], like: "nobody")
+        #expect(!besideNobody, "beside a task that does not rest: refused")
+        let beside = q.rest(woken[1], like: woken[0].id)
+        #expect(beside && q.restingCount == 2 && q.waitingCount == 2)
+    }
+
     @Test("a resting class is asked the thermal question once, and only while some task of it rests")
     func restingClasses() {
         var q = queue()

@@ -187,6 +187,33 @@ struct ServiceTests {
         #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
     }
 
+    @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
+    func dueTasksRestOnASlot() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<40 { _ = try d.submit(String(format: "job-%02d", i), o).get() }
+        #expect(d.daemon.queue.restingCount == 40 && d.daemon.queue.awake.isEmpty)
+        let made = d.daemon.sequence
+        d.conditions(Self.charger)
+        #expect(d.launcher.started.keys.sorted() == ["job-00", "job-01"], "the first two in line start: \(d.launcher.started.keys.sorted())")
+        #expect(d.daemon.queue.awake.isEmpty && d.daemon.queue.restingCount == 38, "the others rest on a slot, no supervisor kept")
+        #expect(d.daemon.sequence - made == 3, "a supervisor for each start and one for the rest of the group, not one each: \(d.daemon.sequence - made)")
+        let waiting = try #require(try d.pending(PageRange(id: "job-02")).first)
+        #expect(waiting.unmet.contains { $0["what"]?.string == "slot" && $0["reason"]?.string?.contains("max_running") == true }, "\(waiting.unmet)")
+        #expect(waiting.reason.contains("max_running"), "\(waiting.reason)")
+
+        d.exit("job-00")
+        #expect(d.launcher.started["job-02"] != nil && d.launcher.started["job-03"] == nil, "a freed slot goes to the next in line, and only one")
+        #expect(d.daemon.queue.restingCount == 37)
+
+        // Unplugged: the resting tasks' class no longer runs, so they wake, one decides, and all rest on the charger.
+        d.conditions(Self.onBattery)
+        #expect(d.daemon.queue.awake.isEmpty && d.daemon.queue.restingCount == 37)
+        let again = try #require(try d.pending(PageRange(id: "job-39")).first)
+        #expect(again.reason.contains("external power") && again.rule == "processing.needs-power", "\(again.reason)")
+    }
+
     @Test("Cancel removes a pending request and expires a running task (SIGTERM to its unit); an unknown id is NoSuchTask")
     func cancel() throws {
         let d = try InProcessDaemon(readings: Self.charger)
