@@ -6,7 +6,7 @@
 # prints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh --test
+scripts/install-deps.sh --bench
 make all
 # The command the reaction rows wait to start: plain C from the system compiler, as a command is. Built by
 # SwiftPM it loaded Swift's runtime first (2.4 ms from spawn to its first instruction here, against 0.9 ms).
