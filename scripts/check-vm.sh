@@ -157,7 +157,7 @@ fi
 check "no libdispatch thread-priority line from bgtask or bgtaskd in the user journal" \
   g '! journalctl --user -o cat _COMM=bgtask + _COMM=bgtaskd | grep "Failed to set thread priority"'
 
-# --- 2: a refresh task that takes 1.5 s to handle SIGTERM ends before the kernel suspends. Last: a guest under
+# --- 2: a refresh task that takes 1 s to handle SIGTERM (of the 2 s the policy gives it) ends before the kernel suspends. Last: a guest under
 # TCG has once been seen not to come back from S3 (idle, no timer after resume), which would fail what follows.
 step feed >/dev/null
 until_guest 20 'sh /tmp/guest.sh unit-running feed' >/dev/null

@@ -396,10 +396,11 @@ public final class Daemon {
                 rest(e)
             }
         }
-        while let c = conditions, let shared = evaluator(), let w = queue.nextForSlot() {
+        while let c = conditions, let w = queue.nextForSlot() {
             guard let row = (try? store.get(w.id, state: "pending")) ?? nil else { continue }
             let e = awaken(row, w.rest)
-            e.supervisor.conditionsChanged(c, now: now, shared: shared)
+            // An evaluator only when a slot is given: most rounds give none.
+            e.supervisor.conditionsChanged(c, now: now, shared: Policy.Evaluator(policy: policy, conditions: c, time: localTime()))
             // Not started after all (a condition changed since it rested): it waits again, and the next free slot asks.
             if e.isWaiting { rest(e); break }
         }
