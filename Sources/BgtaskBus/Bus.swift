@@ -328,6 +328,13 @@ public final class BusConnection: @unchecked Sendable {
         }, Unmanaged.passRetained(Reply(reply)).toOpaque())
     }
 
+    /// Runs the calling thread's main context until `done()` holds: a client without a main loop of its own waits
+    /// so for a `callAsync` reply (one it asked for before it began to work on the previous one).
+    public static func iterate(until done: () -> Bool) {
+        let context = g_main_context_get_thread_default() ?? g_main_context_default()
+        while !done() { g_main_context_iteration(context, 1) }
+    }
+
     /// Whether a name has an owner on the bus (asks the bus itself, which answers at once).
     public func hasOwner(_ name: String) -> Bool {
         let r = try? call("NameHasOwner", [.string(name)], destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",

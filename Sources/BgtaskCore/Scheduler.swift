@@ -400,9 +400,21 @@ public struct Scheduler<Item, Rest: RestState> {
         return item
     }
 
-    public func isResting(_ id: String) -> Bool { groups.contains { $0.ids[id] != nil } }
+    public func isResting(_ id: String) -> Bool { group(of: id) != nil }
     /// The rest of the group the resting task `id` is in (what its supervisor knew: why it waits).
-    public func rest(of id: String) -> Rest? { groups.first { $0.ids[id] != nil }?.rest }
+    public func rest(of id: String) -> Rest? { group(of: id).flatMap(rest(ofGroup:)) }
+    /// The number of the group the resting task `id` is in: tasks listed with the same number are told the same.
+    public func group(of id: String) -> Int? {
+        // By index, and only the number out: a listing asks for each of its tasks, and a group copied whole (its
+        // rest, its fields, its dictionary of ids) was most of the look-up.
+        for i in groups.indices where groups[i].ids[id] != nil { return groups[i].number }
+        return nil
+    }
+    /// The rest of the group numbered `number`, while it has tasks.
+    public func rest(ofGroup number: Int) -> Rest? {
+        for i in groups.indices where groups[i].number == number { return groups[i].rest }
+        return nil
+    }
     public var restingCount: Int { groups.reduce(0) { $0 + $1.ids.count } }
 
     /// The conditions changed: every resting group whose class's verdict (`verdict`, asked once per class) is not the

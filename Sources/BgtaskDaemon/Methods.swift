@@ -90,9 +90,10 @@ extension Daemon {
             // Each task as `bgtask pending --json` prints it, one a line: one string for the page.
             var lines = JSONBytes(capacity: page.tasks.count * 512)
             var iso = (second: Double.nan, text: "")
+            var lists = BusValue.SharedLists()
             for (i, t) in page.tasks.enumerated() {
                 if i > 0 { lines.byte(0x0A) }
-                BusValue.writeJSON(object: t.forEachEntry, into: &lines, iso: &iso)
+                BusValue.writeJSON(object: t.forEachEntry, into: &lines, iso: &iso, lists: &lists)
             }
             return .success([.string(lines.text), .string(page.next)])
         case .listRunning:
@@ -278,7 +279,7 @@ extension Daemon {
         let rows = (try? store.page(state: "pending", after: after.map { ($0.submitted, $0.id) }, limit: Int(limit) + 1)) ?? []
         let page = rows.prefix(Int(limit))
         let next = rows.count > page.count ? page.last.map { Position(submitted: $0.submitted, id: $0.id).cursor } ?? "" : ""
-        return .success((listPending(page.compactMap(listed(row:))), next))
+        return .success((listPending(listed(page)), next))
     }
     typealias Position = Scheduler<Entry, Supervisor.Rest>.Position
 
@@ -287,22 +288,32 @@ extension Daemon {
         var row: QueuedTask
         var awake: Supervisor?
         var rest: Supervisor.Rest?
+        /// The number of its resting group: tasks of one group are told the same.
+        var group: Int?
         var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
         var reason: String { awake?.waitingReason ?? rest?.reason ?? "" }
         var rule: (id: String, location: String)? { awake != nil ? awake!.waitingRule : rest?.rule }
     }
 
-    /// The stored row `row` as listed, if its task waits here (awake: the row it holds).
-    func listed(row: QueuedTask) -> Listed? {
+    /// The stored row `row` as listed, if its task waits here (awake: the row it holds). `rests` keeps the rests
+    /// of the groups met so far: the tasks of a page are mostly of one group.
+    func listed(row: QueuedTask, rests: inout [Int: Supervisor.Rest]) -> Listed? {
         if let e = queue.awake[row.id] { return Listed(row: e.row, awake: e.supervisor) }
-        return queue.rest(of: row.id).map { Listed(row: row, rest: $0) }
+        guard let g = queue.group(of: row.id) else { return nil }
+        if rests[g] == nil { rests[g] = queue.rest(ofGroup: g) }
+        return Listed(row: row, rest: rests[g], group: g)
+    }
+
+    func listed(_ rows: some Sequence<QueuedTask>) -> [Listed] {
+        var rests: [Int: Supervisor.Rest] = [:]
+        return rows.compactMap { listed(row: $0, rests: &rests) }
     }
 
     /// The waiting tasks among `ids`, in submission order; resting tasks' rows read from the queue in one batch.
     func listed(_ ids: [String]) -> [Listed] {
         let resting = ids.filter { queue.awake[$0] == nil && queue.isResting($0) }
         let rows = resting.isEmpty ? [] : (try? store.rows(ids: resting, state: "pending")) ?? []
-        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + rows.compactMap(listed(row:)))
+        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + listed(rows))
             .sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
     }
 
@@ -312,7 +323,7 @@ extension Daemon {
         var after: (submitted: Double, id: String)?
         while true {
             let rows = (try? store.page(state: "pending", after: after, limit: 1_000)) ?? []
-            out += rows.compactMap(listed(row:))
+            out += listed(rows)
             guard rows.count == 1_000, let last = rows.last else { return out }
             after = (last.submitted, last.id)
         }
@@ -323,13 +334,24 @@ extension Daemon {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
         var estimates: [String: StartEstimate.Outcome] = [:]
+        // What a resting group's tasks do not meet, made once for the group: one list shared by them all.
+        var groupUnmet: [Int: [[String: BusValue]]] = [:]
         return entries.filter(\.isWaiting).map { e in
             let row = e.row
+            let unmet: [[String: BusValue]]
+            if let g = e.group, row.earliest.map({ $0 <= wall }) ?? true {
+                if let u = groupUnmet[g] { unmet = u } else {
+                    unmet = self.unmet(e, now, wall: wall)
+                    groupUnmet[g] = unmet
+                }
+            } else {
+                unmet = self.unmet(e, now, wall: wall)
+            }
             var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: row.command, submitted: row.submitted,
                                 reason: e.reason.isEmpty ? "not yet evaluated" : e.reason,
                                 requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
                                 requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
-                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet(e, now, wall: wall),
+                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet,
                                 rule: e.rule?.id, location: e.rule?.location,
                                 earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
             if let l = likelyStart(row, wall: wall, cache: &estimates) {

@@ -62,6 +62,21 @@ extension BusValue {
     /// An object whose entries `object` gives in sorted key order (a generated value's `forEachEntry`): no list of
     /// them is made.
     public static func writeJSON(object: ((String, BusValue) -> Void) -> Void, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
+        var lists = SharedLists()
+        writeJSON(object: object, into: &out, iso: &iso, lists: &lists)
+    }
+
+    /// Lists of dictionaries already written, by their storage. A page's resting tasks share their group's `unmet`
+    /// list (one array storage), so it is rendered once and its bytes copied. Only for lists that all stay alive
+    /// while it is used (a page's tasks): a storage address cannot then be another list's.
+    public struct SharedLists {
+        var last: (storage: UnsafeRawPointer, bytes: [UInt8])?
+        public init() {}
+    }
+
+    /// `writeJSON(object:into:iso:)` with the lists written before (`lists`) copied, not written again.
+    public static func writeJSON(object: ((String, BusValue) -> Void) -> Void, into out: inout JSONBytes,
+                                 iso: inout (second: Double, text: String), lists: inout SharedLists) {
         out.byte(0x7B)
         var first = true
         object { k, v in
@@ -69,6 +84,17 @@ extension BusValue {
             first = false
             out.string(k)
             out.byte(0x3A)
+            if case .dicts(let ds) = v, let storage = ds.withUnsafeBufferPointer({ $0.baseAddress.map(UnsafeRawPointer.init) }) {
+                if let last = lists.last, last.storage == storage {
+                    out.bytes.append(contentsOf: last.bytes)
+                } else {
+                    var list = JSONBytes()
+                    v.writeJSON(into: &list, iso: &iso)
+                    out.bytes.append(contentsOf: list.bytes)
+                    lists.last = (storage, list.bytes)
+                }
+                return
+            }
             v.writeJSON(into: &out, iso: &iso)
             // Only numbers are looked up among the time keys (most values are strings).
             switch v {

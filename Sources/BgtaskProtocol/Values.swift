@@ -49,7 +49,34 @@ extension BusConnection {
     /// One page of the waiting tasks as JSON text (`ListPendingJSON`): one task a line, and the cursor of the next
     /// page (nil after the last).
     public func pendingJSON(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (lines: String, next: String?) {
-        let reply = try call(.listPendingJSON, [.dict(range.variant)], timeoutMs: timeoutMs)
+        try Self.jsonPage(call(.listPendingJSON, [.dict(range.variant)], timeoutMs: timeoutMs))
+    }
+
+    /// `pendingJSON` page after page from `range` to the last, each page given to `body` as it comes. Each next
+    /// page is asked for before `body` is given the one that came, so bgtaskd makes it while the client writes.
+    /// An error ends it (pages given to `body` before it stay given).
+    public func pendingJSONPages(_ range: PageRange, timeoutMs: Int32 = 25_000, _ body: (String) -> Void) throws(BusError) {
+        var range = range
+        var reply: Result<[BusValue], BusError>?
+        func ask() {
+            callAsync(SchedulerMethod.listPendingJSON.rawValue, [.dict(range.variant)], destination: SchedulerBus.name,
+                      path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs) { reply = $0 }
+        }
+        ask()
+        while true {
+            BusConnection.iterate { reply != nil }
+            let page = try Self.jsonPage(reply!.get())
+            reply = nil
+            if let next = page.next {
+                range.after = next
+                ask()
+            }
+            body(page.lines)
+            if page.next == nil { return }
+        }
+    }
+
+    static func jsonPage(_ reply: [BusValue]) throws(BusError) -> (lines: String, next: String?) {
         guard reply.count == 2, let lines = reply[0].string, let next = reply[1].string else {
             throw SchedulerError.failed("bgtaskd answered ListPendingJSON with \(SchedulerMethod.listPendingJSON.replySignature)? a bgtaskd of another version?")
         }

@@ -41,19 +41,22 @@ enum DaemonClient {
     /// nothing was given to `body`, when the bgtaskd that answers predates the method.
     static func pendingJSONPages(limit: UInt32? = nil, after: String? = nil, _ body: (String) -> Void) -> (next: String?, supported: Bool) {
         asking { bus throws(BusError) in
-            var range = PageRange(after: after, limit: min(limit ?? RequestBounds.pageMost, RequestBounds.pageMost))
-            var first = true
-            while true {
-                let page: (lines: String, next: String?)
-                do throws(BusError) { page = try bus.pendingJSON(range) } catch {
-                    if first, error.shortName == "UnknownMethod" { return (nil, false) }
-                    throw error
+            let range = PageRange(after: after, limit: min(limit ?? RequestBounds.pageMost, RequestBounds.pageMost))
+            var given = false
+            do throws(BusError) {
+                if limit != nil {
+                    let page = try bus.pendingJSON(range)
+                    body(page.lines)
+                    return (page.next, true)
                 }
-                first = false
-                body(page.lines)
-                guard let next = page.next else { return (nil, true) }
-                if limit != nil { return (next, true) }
-                range.after = next
+                try bus.pendingJSONPages(range) { lines in
+                    given = true
+                    body(lines)
+                }
+                return (nil, true)
+            } catch {
+                if !given, error.shortName == "UnknownMethod" { return (nil, false) }
+                throw error
             }
         }
     }

@@ -78,11 +78,10 @@ extension Bgtask {
                         rest = end == rest.endIndex ? "" : rest[rest.utf8.index(after: end)...]
                     }
                     guard !rest.isEmpty else { return }
-                    // The rest of the page as it is, each line's end made the array's comma.
-                    var bytes = Array(rest.utf8)
-                    for i in bytes.indices where bytes[i] == 0x0A { bytes[i] = 0x2C }
+                    // The rest of the page as it is, each line's end made the array's comma: written from the
+                    // string's own bytes, a line at a time (a copy through `Array(rest.utf8)` was half the CLI's time).
                     if written > 0 { fputs(",", stdout) }
-                    _ = bytes.withUnsafeBufferPointer { fwrite($0.baseAddress, 1, $0.count, stdout) }
+                    Pending.writeLinesAsElements(rest.startIndex == lines.startIndex ? lines : String(rest))
                     written += 1
                 }
                 if !supported {
@@ -110,7 +109,24 @@ extension Bgtask {
         }
 
         /// Where the next page starts, on stderr: the page itself stays what a script reads.
-        static func nextPage(_ cursor: String) {
+        /// Writes `text`'s lines to stdout with a comma for each line's end: JSON objects one a line become the
+    /// elements of the array being written.
+    static func writeLinesAsElements(_ text: String) {
+        var text = text
+        text.withUTF8 { (u: UnsafeBufferPointer<UInt8>) in
+            guard let base = u.baseAddress else { return }
+            var start = 0
+            while start < u.count {
+                var end = u.count
+                if let nl = memchr(base + start, 0x0A, u.count - start) { end = UnsafePointer<UInt8>(nl.assumingMemoryBound(to: UInt8.self)) - base }
+                fwrite(base + start, 1, end - start, stdout)
+                if end < u.count { fputc(0x2C, stdout) }
+                start = end + 1
+            }
+        }
+    }
+
+    static func nextPage(_ cursor: String) {
             fputs("bgtask pending: more follow; the next page: --after '\(cursor)'\n", stderr)
         }
 

@@ -341,6 +341,27 @@ struct ServiceTests {
         #expect(d.call(.listPendingJSON, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
     }
 
+    @Test("A client over the bus pages the whole queue as JSON, asking each next page before it is given the last: every task once, in order")
+    func pendingJSONPagesOverTheBus() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<7 { _ = try d.submit("job-\(i)", o).get() }
+        let client = try BusConnection(address: d.bus.address)
+        var pages: [[String]] = []
+        // The daemon's service answers on this thread's default context, which the client's wait runs.
+        try client.pendingJSONPages(PageRange(limit: 3)) { lines in
+            pages.append(lines.split(separator: "\n").map { line in
+                guard case .string(let id)? = (try? JSONValue.parse(String(line)))?["id"] else { return "?" }
+                return id
+            })
+        }
+        #expect(pages.map(\.count) == [3, 3, 1], "\(pages)")
+        #expect(pages.flatMap { $0 } == (try d.pending()).map(\.id), "every task once, in submission order")
+        // A page that cannot be made ends it with the daemon's error, not a hang.
+        #expect(throws: BusError.self) { try client.pendingJSONPages(PageRange(limit: 0)) { _ in } }
+    }
+
     @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
     func status() throws {
         var readings = Self.onBattery
