@@ -66,6 +66,12 @@ if getenv("G_SLICE") == nil {
     execv("/proc/self/exe", CommandLine.unsafeArgv)
     // No /proc: GLib's slices stay (more memory kept after large replies; nothing else changes).
 }
+// Executed through /proc/self/exe, the kernel names the process "exe": ps, top and pkill would not know it.
+// (/proc/self/comm is the main thread's name, which is the process's; the kernel keeps 15 bytes of it.)
+if let path = CommandLine.arguments.first, let name = path.split(separator: "/").last, case let fd = open("/proc/self/comm", O_WRONLY), fd >= 0 {
+    _ = String(name).withCString { write(fd, $0, strlen($0)) }
+    close(fd)
+}
 setvbuf(stderr, nil, _IOLBF, 0)
 signal(SIGPIPE, SIG_IGN)
 Bgtaskd.main()

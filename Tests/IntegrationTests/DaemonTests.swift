@@ -419,6 +419,7 @@ extension UmockdevIntegrationTests {
         #expect(d.daemon?.stderr.contains("(pid \(pid))") == true, "\(d.daemon?.stderr ?? "")")
         let environ = try String(contentsOfFile: "/proc/\(pid)/environ", encoding: .utf8).split(separator: "\0")
         #expect(environ.contains("G_SLICE=always-malloc"), "\(environ.filter { $0.hasPrefix("G_") })")
+        #expect(try String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) == "bgtaskd\n", "named as ps and pkill know it, not \"exe\"")
         #expect(try d.bgtask(["pending"]).0 == 0)
     }
 }
