@@ -42,9 +42,6 @@ public struct Scheduler<Item, Rest: RestState> {
     public private(set) var running: [String: Item] = [:]
     private var awakeJobs: [String: Job] = [:]
     private var runningJobs: [String: Job] = [:]
-    /// Every awake waiting id in submission order (then by id), kept sorted as requests come and go: slots are
-    /// offered in it without sorting the queue.
-    private var order: [Position] = []
     /// Waiting requests counted per app and per app and kind (admission asks these on every submit).
     private var counts = Counts()
     public private(set) var load = Schedule.Load()
@@ -170,9 +167,6 @@ public struct Scheduler<Item, Rest: RestState> {
         let old = removeWaiting(job.id)
         awake[job.id] = item
         awakeJobs[job.id] = job
-        let p = Position(submitted: job.submitted, id: job.id)
-        // New requests come last in the order (they were submitted now): an append, not a search.
-        if let last = order.last, p < last { order.insert(p, at: firstIndex(notBefore: p)) } else { order.append(p) }
         count(job, +1)
         return old
     }
@@ -201,10 +195,7 @@ public struct Scheduler<Item, Rest: RestState> {
 
     /// An awake task out of the awake indexes (its job stays, for the caller to move or drop).
     private mutating func takeAwake(_ id: String) -> Item? {
-        guard let item = awake.removeValue(forKey: id), let job = awakeJobs[id] else { return nil }
-        let p = Position(submitted: job.submitted, id: id)
-        let i = firstIndex(notBefore: p)
-        if i < order.count, order[i] == p { order.remove(at: i) }
+        guard let item = awake.removeValue(forKey: id), awakeJobs[id] != nil else { return nil }
         heldBack.remove(id)
         return item
     }
@@ -255,28 +246,6 @@ public struct Scheduler<Item, Rest: RestState> {
     }
 
 
-    /// The index of the first position not before `p` in the submission order.
-    private func firstIndex(notBefore p: Position) -> Int {
-        var lo = 0, hi = order.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if order[mid] < p { lo = mid + 1 } else { hi = mid }
-        }
-        return lo
-    }
-
-    /// At most `limit` awake waiting ids after `after` (from the first if nil), in submission order, and whether
-    /// more follow, found by a binary search whatever came and went since. (A listing of every waiting task pages
-    /// through the caller's store: resting tasks are kept by group, not in this order.)
-    public func awakeInOrder(after: Position? = nil, limit: Int = .max) -> (ids: [String], more: Bool) {
-        var i = 0
-        if let a = after {
-            i = firstIndex(notBefore: a)
-            if i < order.count, order[i] == a { i += 1 }
-        }
-        let end = limit >= order.count - i ? order.count : i + max(0, limit)
-        return (order[i..<end].map(\.id), end < order.count)
-    }
     /// How many tasks wait, awake or resting.
     public var waitingCount: Int { awake.count + restingCount }
 

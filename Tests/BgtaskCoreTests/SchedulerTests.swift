@@ -293,37 +293,11 @@ struct SchedulerTests {
 
     // MARK: Listing
 
-    @Test("the awake tasks' submission order is kept as requests come and go: pages by cursor, restored rows out of order, a cursor whose task is gone")
-    func submissionOrderPages() throws {
-        var q = queue(Schedule.Limits(maxPendingPerApp: 1000))
-        // Restored rows come in any order; equal times are ordered by id.
-        for (id, t) in [("c", 30.0), ("a", 10), ("e", 50), ("b", 20), ("d", 30), ("f", 60)] {
-            var j = Self.job(id)
-            j.submitted = t
-            q.add(j, id)
-        }
-        #expect(q.awakeInOrder().ids == ["a", "b", "c", "d", "e", "f"])
-        let first = q.awakeInOrder(limit: 2)
-        #expect(first.ids == ["a", "b"] && first.more)
-        let cursor = Queue.Position(submitted: 20, id: "b").cursor
-        q.removeWaiting("b")
-        q.removeWaiting("c")
-        let p = try #require(Queue.Position(cursor: cursor))
-        let second = q.awakeInOrder(after: p, limit: 2)
-        #expect(second.ids == ["d", "e"] && second.more, "the cursor of a removed task still finds its place")
-        let last = q.awakeInOrder(after: Queue.Position(submitted: 50, id: "e"), limit: 2)
-        #expect(last.ids == ["f"] && !last.more)
-        // A request submitted again goes to its new place; a start, or a rest, takes it out of the order.
-        var again = Self.job("a")
-        again.submitted = 70
-        q.add(again, "a")
-        q.start("d")
-        q.rest("e", verdict: .defer, rest: "r")
-        #expect(q.awakeInOrder().ids == ["f", "a"])
-        // Woken, it takes its place again.
-        let e = q.wakeOne("e")!
-        q.add(e.job, "e")
-        #expect(q.awakeInOrder().ids == ["e", "f", "a"])
+    @Test("a listing's cursor is a place in the submission order: equal times ordered by id, its text read back, nonsense refused")
+    func submissionOrderCursor() throws {
+        let a = Queue.Position(submitted: 20, id: "b"), b = Queue.Position(submitted: 20, id: "c"), c = Queue.Position(submitted: 30, id: "a")
+        #expect(a < b && b < c && !(b < a))
+        #expect(Queue.Position(cursor: a.cursor) == a)
         #expect(Queue.Position(cursor: "nonsense") == nil && Queue.Position(cursor: "inf|x") == nil)
         #expect(Queue.Position(cursor: "12.5|org.a/x|y") == Queue.Position(submitted: 12.5, id: "org.a/x|y"))
     }

@@ -1,0 +1,206 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
+import BgtaskBus
+import BgtaskCore
+import BgtaskPolicy
+import BgtaskProtocol
+import BgtaskQueue
+import BgtaskRun
+
+/// What the listings tell of the queue (`ListPending`, `ListPendingPage`, `ListPendingJSON`, `ListRunning`): the
+/// stored queue read a page at a time, and what the daemon holds of each task looked up.
+extension Daemon {
+    /// When a task waiting for the charger, the person's absence or the network will likely start, from the
+    /// machine's own history; nil when it waits for none of them. Each reading's estimate is made once a call.
+    func likelyStart(_ row: QueuedTask, wall: Double, cache: inout [String: StartEstimate.Outcome]) -> (at: Double?, text: String)? {
+        let r = readings ?? [:]
+        var waits: [(name: String, what: String, future: String)] = []
+        if row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
+        if row.kind == .processing && !row.userInitiated && r["user.idle"] == .bool(false) {
+            waits.append(("user.idle", "you stepped away", "you step away"))
+        }
+        if row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
+        guard !waits.isEmpty else { return nil }
+        var latest: (StartEstimate.Estimate, String)?
+        for w in waits {
+            let outcome: StartEstimate.Outcome
+            if let c = cache[w.name] { outcome = c } else {
+                let rows = (try? store.transitions(w.name, since: wall - 56 * 86_400)) ?? []
+                let history = rows.compactMap { row -> StartEstimate.Change? in
+                    row.value == "true" ? .init(time: row.time, value: true) : row.value == "false" ? .init(time: row.time, value: false) : nil
+                }
+                outcome = StartEstimate.estimate(history, now: wall)
+                cache[w.name] = outcome
+            }
+            switch outcome {
+            case .unknown(let why): return (nil, "no estimate of when \(w.future): \(why)")
+            case .likely(let est): if latest == nil || est.at > latest!.0.at { latest = (est, w.what) }
+            }
+        }
+        guard let (est, what) = latest else { return nil }
+        return (est.at, StartEstimate.text(est, what: what, now: wall))
+    }
+
+    /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), and the cursor of
+    /// the page after it (empty after the last).
+    func pendingPage(_ d: [String: BusValue]) -> Result<(tasks: [PendingTask], next: String), BusError> {
+        let range: PageRange
+        do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
+        let limit = range.limit ?? RequestBounds.pageDefault
+        guard (1...RequestBounds.pageMost).contains(limit) else {
+            return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))
+        }
+        var after: Position?
+        if let c = range.after, !c.isEmpty {
+            guard c.utf8.count <= 512, let p = Position(cursor: c) else {
+                return .failure(SchedulerError.invalidArgs("after: a cursor from a previous page's next (submitted|id)"))
+            }
+            after = p
+        }
+        if let id = range.id { return .success((listPending(listed([id])), "")) }
+        // A page of the stored queue through its (state, submitted, id) index, one row more than asked to know
+        // whether another page follows: what the daemon holds of each is looked up, not listed.
+        let rows = (try? store.page(state: "pending", after: after.map { ($0.submitted, $0.id) }, limit: Int(limit) + 1)) ?? []
+        let page = rows.prefix(Int(limit))
+        let next = rows.count > page.count ? page.last.map { Position(submitted: $0.submitted, id: $0.id).cursor } ?? "" : ""
+        return .success((listPending(listed(page)), next))
+    }
+    typealias Position = Scheduler<Entry, Supervisor.Rest>.Position
+
+    /// A waiting task as a listing tells it: its row, and its supervisor if it is awake, else the rest of its group.
+    struct Listed {
+        var row: QueuedTask
+        var awake: Supervisor?
+        var rest: Supervisor.Rest?
+        /// The number of its resting group: tasks of one group are told the same.
+        var group: Int?
+        var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
+        var reason: String { awake?.waitingReason ?? rest?.reason ?? "" }
+        var rule: (id: String, location: String)? { awake != nil ? awake!.waitingRule : rest?.rule }
+    }
+
+    /// The stored row `row` as listed, if its task waits here (awake: the row it holds). `rests` keeps the rests
+    /// of the groups met so far: the tasks of a page are mostly of one group.
+    func listed(row: QueuedTask, rests: inout [Int: Supervisor.Rest]) -> Listed? {
+        if let e = queue.awake[row.id] { return Listed(row: e.row, awake: e.supervisor) }
+        guard let g = queue.group(of: row.id) else { return nil }
+        if rests[g] == nil { rests[g] = queue.rest(ofGroup: g) }
+        return Listed(row: row, rest: rests[g], group: g)
+    }
+
+    func listed(_ rows: some Sequence<QueuedTask>) -> [Listed] {
+        var rests: [Int: Supervisor.Rest] = [:]
+        return rows.compactMap { listed(row: $0, rests: &rests) }
+    }
+
+    /// The waiting tasks among `ids`, in submission order; resting tasks' rows read from the queue in one batch.
+    func listed(_ ids: [String]) -> [Listed] {
+        let resting = ids.filter { queue.awake[$0] == nil && queue.isResting($0) }
+        let rows = resting.isEmpty ? [] : (try? store.rows(ids: resting, state: "pending")) ?? []
+        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + listed(rows))
+            .sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
+    }
+
+    /// Every waiting task in submission order, the stored queue read a page at a time.
+    func allListed() -> [Listed] {
+        var out: [Listed] = []
+        var after: (submitted: Double, id: String)?
+        while true {
+            let rows = (try? store.page(state: "pending", after: after, limit: 1_000)) ?? []
+            out += listed(rows)
+            guard rows.count == 1_000, let last = rows.last else { return out }
+            after = (last.submitted, last.id)
+        }
+    }
+
+    /// What `entries` wait for (those that wait), as `ListPending` tells it.
+    func listPending(_ entries: [Listed]) -> [PendingTask] {
+        let wall = wallClockNow(), mono = monotonic()
+        let now = evaluator()
+        var estimates: [String: StartEstimate.Outcome] = [:]
+        // What a resting group's tasks do not meet, made once for the group: one list shared by them all.
+        var groupUnmet: [Int: [[String: BusValue]]] = [:]
+        return entries.filter(\.isWaiting).map { e in
+            let row = e.row
+            let unmet: [[String: BusValue]]
+            if let g = e.group, row.earliest.map({ $0 <= wall }) ?? true {
+                if let u = groupUnmet[g] { unmet = u } else {
+                    unmet = self.unmet(e, now, wall: wall)
+                    groupUnmet[g] = unmet
+                }
+            } else {
+                unmet = self.unmet(e, now, wall: wall)
+            }
+            var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: row.command, submitted: row.submitted,
+                                reason: e.reason.isEmpty ? "not yet evaluated" : e.reason,
+                                requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
+                                requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
+                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet,
+                                rule: e.rule?.id, location: e.rule?.location,
+                                earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
+            if let l = likelyStart(row, wall: wall, cache: &estimates) {
+                t.likely = l.text
+                t.likelyStart = l.at
+            }
+            // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
+            if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - mono) }
+            return t
+        }
+    }
+
+    /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
+    /// constraints"): each rule in effect that is not run or throttle (held ones with when they let go), its
+    /// earliest begin date, and a full slot.
+    func unmet(_ e: Listed, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
+        var out: [[String: BusValue]] = []
+        let row = e.row
+        // A resting task's last decision is its group's rest's: no decision made per task listed.
+        let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(row.fields).matches ?? []
+        for m in matches where m.verdict != .run && m.verdict != .throttle {
+            out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),
+                        "reason": .string(m.reason)])
+        }
+        if let t = row.earliest, t > wall {
+            let why = row.calendar.map { "its calendar event '\($0)'" } ?? (row.every != nil ? "its next period" : "its earliest begin date")
+            out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
+        }
+        if let why = e.awake.map({ s -> String? in if case .noSlot(let why)? = s.machine.startBlock { return why } else { return nil } }) ?? e.rest?.slot {
+            out.append(["what": .string("slot"), "reason": .string(why)])
+        }
+        return out
+    }
+
+    func listRunning() -> [RunningTask] {
+        let mono = monotonic()
+        return running.values.sorted { $0.id < $1.id }.filter { !$0.supervisor.isDone }.map { e in
+            let s = e.supervisor
+            var t = RunningTask(id: e.id, app: e.row.app, kind: e.row.kind.rawValue, state: s.machine.phase.state, command: e.row.command)
+            t.pid = s.pid.map { UInt32($0) }
+            if let started = s.startedAt {
+                let runtime = max(0, mono - started)
+                t.runtime = runtime
+                t.budgetLeft = s.machine.limits.budget.map { max(0, $0 - runtime) }
+                if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
+            }
+            if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }
+            if let v = roster.views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+                t.title = v.title
+                t.subtitle = v.subtitle
+                if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }
+            }
+            t.mechanism = s.taskProcess?.mechanism.rawValue
+            // Its share of the machine's measured draw over the last interval (absent: no source); someone asking is
+            // a wake that came anyway, so the figure is made fresh (at most 10 s old) then, not by a timer.
+            s.sampleEnergyIfDue(now: mono)
+            t.watts = s.energy.lastWatts
+            t.energyWh = s.energy.wattHours
+            // What holds it back while it runs (a throttle, a pause): the deciding rule and its file:line.
+            if let dec = s.machine.lastDecision, dec.verdict != .run, let m = dec.matches.first {
+                t.reason = "\(m.reason) — rule \(m.ruleID) (\(m.location))"
+            }
+            t.unit = s.taskProcess?.unitName
+            return t
+        }
+    }
+}
