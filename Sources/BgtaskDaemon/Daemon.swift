@@ -101,6 +101,7 @@ public final class Daemon {
             throw DaemonError(message: "cannot connect to the session bus: \(error.message)", status: ExitStatus.unavailable)
         }
         readings = options.readings
+        service.commands = self
     }
 
     /// The policy's sources: the layers and the files named on the command line, or the places' own.
@@ -165,24 +166,15 @@ public final class Daemon {
         audit.flush()
 
         do {
-            service.object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerBus.xml) { [unowned self] call in
-                let r = self.handle(call)
+            let serving = try service.serve(on: bus, commands: self) { [unowned self] large in
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
-                if case .success(let v) = r, Daemon.isLarge(v.first) {
-                    self.quiet.rearm(now: monotonic())
-                }
+                if large { self.quiet.rearm(now: monotonic()) }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
                 // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
-                return r
             }
-            // So does a call refused for its size: GDBus had read all of it before it was seen.
-            service.object!.onOversized = { [unowned self] in
-                self.quiet.rearm(now: monotonic())
-                self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
-            }
-            guard try service.object!.ownName(SchedulerBus.name) else {
+            guard serving else {
                 throw DaemonError(message: "\(SchedulerBus.name) is already owned on this bus: another bgtaskd runs", status: ExitStatus.tempFail)
             }
         } catch let e as BusError {
@@ -353,15 +345,6 @@ public final class Daemon {
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
     var quiet = Memory.QuietSpell()
-    /// A reply of this many tasks or more is given back (`quiet.rearm`) once the daemon has been quiet again.
-    static let largeReply = 1_000
-    static func isLarge(_ reply: BusValue?) -> Bool {
-        switch reply {
-        case .dicts(let list)?: return list.count >= largeReply
-        case .string(let s)?: return s.utf8.count >= largeReply * 256   // a page of JSON lines
-        default: return false
-        }
-    }
     func release() {
         store.releaseMemory()
         audit.releaseMemory()

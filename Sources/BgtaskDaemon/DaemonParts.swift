@@ -61,16 +61,6 @@ final class PolicyInForce {
     }
 }
 
-/// The bus service's own state: the exported object, who has called (by unique name), and what a call does once
-/// its reply has gone.
-final class BusService {
-    var object: BusObject?
-    /// Callers identified so far, by unique name (`Daemon.caller(of:)`), bounded.
-    var callers: [String: Caller] = [:]
-    /// Messages and signals the caller does not wait for, run in the round after the reply.
-    var afterReply: [() -> Void] = []
-}
-
 /// The conditions as bgtaskd last heard them: the watcher's newest readings, their merge with the daemon's own
 /// (`system.preparing_sleep`) made once per change, and which changes go into the readings' history.
 final class CurrentReadings {

@@ -10,117 +10,35 @@ import BgtaskProtocol
 import BgtaskQueue
 import BgtaskRun
 
-extension Daemon {
-    /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
-    static let sandboxedMethods: Set<SchedulerMethod> = [.getSupportedResources, .listApps]
-    /// Calls that neither read nor change the queue: answered while start-up still takes it up.
-    static let queueFreeMethods: Set<SchedulerMethod> = [.getStatus, .getSupportedResources, .listApps, .getConditions]
+/// The commands the bus service's methods ask for (`BusService` takes the call and gives the reply).
+extension Daemon: ServiceCommands {
+    func takeUpQueue() { restoreAll() }
 
-    /// Who sent `call`, established once per connection (unique names are never reused on a bus) and
-    /// forgotten when it leaves. Anything that cannot be established is a refusal (`CallerCheck`).
-    func caller(of call: BusCall) -> Result<Caller, BusError> {
-        if let c = service.callers[call.sender] { return .success(c) }
-        let receivedAt = CallerCheck.ticksSinceBoot()
-        switch CallerCheck().identify(service.object?.credentials(of: call.sender), receivedAt: receivedAt) {
-        case .failure(let why):
-            return .failure(SchedulerError.accessDenied("bgtaskd cannot establish who is calling: \(why)"))
-        case .success(let c):
-            // The session bus is the user's own, but a system-wide bus configured oddly is not: check.
-            guard c.uid == getuid() else {
-                return .failure(SchedulerError.accessDenied("bgtaskd serves only uid \(getuid())"))
-            }
-            if service.callers.count >= 4096 { service.callers = [:] }
-            service.callers[call.sender] = c
-            return .success(c)
-        }
+    func pendingAll() -> [PendingTask] { listPending(allListed()) }
+
+    func debugLaunch(_ id: String) -> Result<Void, BusError> {
+        guard queue.isWaiting(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
+        if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Scheduler<Entry, Supervisor.Rest>.previousRunStill)")) }
+        guard let e = awakeEntry(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
+        e.supervisor.launchNow(now: monotonic())
+        return .success(())
     }
 
-    func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
-        switch caller(of: call) {
-        case .failure(let e): return .failure(e)
-        case .success(let who): return handle(call, from: who)
-        }
+    func debugExpire(_ id: String) -> Result<Void, BusError> {
+        guard let e = running[id], !e.supervisor.isDone else { return .failure(SchedulerError.noSuchTask("no running task \(id)")) }
+        e.supervisor.expireNow(now: monotonic(), why: "bgtask debug expire")
+        return .success(())
     }
 
-    /// A call from a caller already identified: the service itself, request in, reply out.
-    func handle(_ call: BusCall, from who: Caller) -> Result<[BusValue], BusError> {
-        // GDBus checked the arguments' types against the interface before this runs; an unknown name is refused too.
-        guard let method = SchedulerMethod(rawValue: call.method) else { return .failure(SchedulerError.unknownMethod("no method \(call.method)")) }
-        // A sandboxed app reaches the user's queue only through its own app id: a Submit would run a command
-        // outside its sandbox, a Cancel or a listing would reach other apps' work.
-        if who.sandbox != .none, !call.method.hasPrefix("App"), !Daemon.sandboxedMethods.contains(method) {
-            return .failure(SchedulerError.accessDenied(
-                                     "\(call.method) is not for a sandboxed caller (\(who.sandbox)): it may use the App* methods for its own app id"))
-        }
-        // A call that reads or changes the queue sees all of it: what start-up has not taken up yet is taken up now.
-        if !Daemon.queueFreeMethods.contains(method) { restoreAll() }
-        func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
-        // Exhaustive: a method the XML gains and nothing here handles fails the build.
-        switch method {
-        case .getSupportedResources, .listApps, .setAppEnabled, .appRegister, .appReady, .appSubmit, .appCancel, .appCancelAll,
-             .appPending, .appLaunchReceived, .appComplete, .appProgress, .appUpdateTitle:
-            return handleApp(method, call, who) ?? .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
-        case .submit:
-            guard call.args.count == 2, case .dict(let d)? = call.args[0], let argv = call.args[1]?.strings else {
-                return .failure(SchedulerError.invalidArgs("Submit takes \(method.signature)"))
-            }
-            let opts: SubmitOptions
-            do { opts = try SubmitOptions(variant: d) } catch { return .failure(error.busError) }
-            if !allowSubmit(call.sender) {
-                return .failure(SchedulerError.tooManyPending("too many submissions from \(call.sender); slow down"))
-            }
-            return submit(opts, argv).map { [.string($0)] }
-        case .cancel:
-            guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("Cancel takes (s id)")) }
-            return cancel(id).map { [.string($0)] }
-        case .cancelAll:
-            let n = cancelAll()
-            return .success([.uint32(UInt32(n))])
-        case .listPending:
-            // The whole queue in one reply, as the interface has always said (clients page with ListPendingPage).
-            return .success([.dicts(listPending(allListed()).map(\.variant))])
-        case .listPendingPage, .listPendingJSON:
-            guard call.args.count == 1, case .dict(let d)? = call.args[0] else { return .failure(SchedulerError.invalidArgs("\(call.method) takes \(method.signature)")) }
-            let page: (tasks: [PendingTask], next: String)
-            switch pendingPage(d) {
-            case .success(let p): page = p
-            case .failure(let e): return .failure(e)
-            }
-            if method == .listPendingPage { return .success([.dicts(page.tasks.map(\.variant)), .string(page.next)]) }
-            // Each task as `bgtask pending --json` prints it, one a line: one string for the page.
-            var lines = JSONBytes(capacity: page.tasks.count * 512)
-            var iso = (second: Double.nan, text: "")
-            var lists = BusValue.SharedLists()
-            for (i, t) in page.tasks.enumerated() {
-                if i > 0 { lines.byte(0x0A) }
-                BusValue.writeJSON(object: t.forEachEntry, into: &lines, iso: &iso, lists: &lists)
-            }
-            return .success([.string(lines.text), .string(page.next)])
-        case .listRunning:
-            return .success([.dicts(listRunning().map(\.variant))])
-        case .debugLaunch:
-            guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("DebugLaunch takes (s id)")) }
-            guard queue.isWaiting(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
-            if running[id] != nil { return .failure(SchedulerError.immediateRunIneligible("\(id): \(Scheduler<Entry, Supervisor.Rest>.previousRunStill)")) }
-            guard let e = awakeEntry(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }
-            e.supervisor.launchNow(now: monotonic())
-            return .success([])
-        case .debugExpire:
-            guard let id = str(0) else { return .failure(SchedulerError.invalidArgs("DebugExpire takes (s id)")) }
-            guard let e = running[id], !e.supervisor.isDone else { return .failure(SchedulerError.noSuchTask("no running task \(id)")) }
-            e.supervisor.expireNow(now: monotonic(), why: "bgtask debug expire")
-            return .success([])
-        case .reloadPolicy:
-            let (ok, said) = reload()
-            afterRound(conditionsChanged: false)
-            return .success([.bool(ok), .string(said)])
-        case .getConditions:
-            return .success([.dict(appConditions.variant)])
-        case .getStatus:
-            let status = DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(queue.waitingCount), running: UInt32(running.count),
-                                      stateDirectory: stateDir, policyWarning: policyWarning)
-            return .success([.dict(status.variant)])
-        }
+    func reloadPolicy() -> (ok: Bool, said: String) {
+        let r = reload()
+        afterRound(conditionsChanged: false)
+        return r
+    }
+
+    var status: DaemonStatus {
+        DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(queue.waitingCount), running: UInt32(running.count),
+                     stateDirectory: stateDir, policyWarning: policyWarning)
     }
 
     func allowSubmit(_ sender: String) -> Bool { queue.allowSubmit(sender, now: monotonic()) }
@@ -199,7 +117,7 @@ extension Daemon {
 
     /// Removes the pending request `id` and expires its running task. `by` is who asked, as the audit trail
     /// records it ("bgtask cancel", "the app (cancelAllTaskRequests)", …): never the user for what an app did.
-    func cancel(_ id: String, by who: String = "bgtask cancel") -> Result<String, BusError> {
+    func cancel(_ id: String, by who: String) -> Result<String, BusError> {
         var done: [String] = []
         if let removed = queue.removeWaiting(id) {
             // A resting task's row is the queue's alone: read before it goes, for the story's run id and fields.

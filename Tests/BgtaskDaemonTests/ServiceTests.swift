@@ -92,7 +92,7 @@ final class InProcessDaemon {
     /// One call to the service, then the round that acts on it.
     @discardableResult
     func call(_ method: SchedulerMethod, _ args: [BusValue] = [], from who: Caller = InProcessDaemon.user, sender: String = ":1.42") -> Result<[BusValue], BusError> {
-        let r = daemon.handle(BusCall(sender: sender, method: method.rawValue, args: args, signature: method.signature), from: who)
+        let r = daemon.service.handle(BusCall(sender: sender, method: method.rawValue, args: args, signature: method.signature), from: who)
         settle()
         return r
     }
