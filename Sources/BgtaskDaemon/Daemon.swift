@@ -249,30 +249,34 @@ public final class Daemon {
         // Resting groups whose class's fast verdict has not changed stay at rest; the rest is decided in full.
         let woken = queue.wake { shared.verdict($0) }
         for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
-        // The awake and the woken in submission order, the order in which they may take a slot.
-        var woke: [String: Scheduler<Entry, Supervisor.Rest>.Woken] = [:]
-        var order: [(submitted: Double, id: String)] = queue.awake.values.map { ($0.row.submitted, $0.id) }
-        for w in woken {
-            woke[w.id] = w
-            order.append((w.job.submitted, w.id))
-        }
+        // The awake and the woken in submission order, the order in which they may take a slot. A woken task is its
+        // index in `woken` (-1: an awake one): no dictionary of them is made on the way to the first start.
+        var order: [(submitted: Double, id: String, woken: Int)] = queue.awake.values.map { ($0.row.submitted, $0.id, -1) }
+        order.reserveCapacity(order.count + woken.count)
+        for (i, w) in woken.enumerated() { order.append((w.job.submitted, w.id, i)) }
         order.sort { ($0.submitted, $0.id) < ($1.submitted, $1.id) }
         // Tasks woken from one group decide alike: once one of them, decided in full, rests again (on a condition, or
         // on a slot when the slots are taken), the others of its group rest beside it with no supervisor and no row
         // read. So a plug that makes 100,000 tasks due starts the first and decides once more, not 100,000 times.
         var restedLike: [Int: String] = [:]
         // The rows of the woken that need a supervisor are read back from the queue: those first in line for a slot
-        // one by one, so that a start waits for no batch, then a batch at a time of those that still may need one.
+        // one by one, so that a start waits for no batch, then batches that double (to 256) while tasks still need
+        // one; the next of a group usually rests beside the first after one row, and is read alone.
         var rows: [String: QueuedTask] = [:]
         let first = max(1, limits.maxRunning)
+        var batch = 1
         func read(from i: Int) {
-            let n = i < first ? 1 : 256
-            let ids = order[i...].lazy.compactMap { o in woke[o.id].flatMap { restedLike[$0.group] == nil && rows[o.id] == nil ? o.id : nil } }.prefix(n)
+            let n = i < first ? 1 : batch
+            if i >= first { batch = min(256, batch * 2) }
+            let ids = order[i...].lazy.compactMap { o in
+                o.woken >= 0 && restedLike[woken[o.woken].group] == nil && rows[o.id] == nil ? o.id : nil
+            }.prefix(n)
             for r in (try? store.rows(ids: Array(ids), state: "pending")) ?? [] { rows[r.id] = r }
         }
         for (i, o) in order.enumerated() {
             let e: Entry
-            if let w = woke[o.id] {
+            if o.woken >= 0 {
+                let w = woken[o.woken]
                 if let like = restedLike[w.group], queue.rest(w, like: like) { continue }
                 if rows[o.id] == nil { read(from: i) }
                 guard let row = rows.removeValue(forKey: o.id) else { continue }   // gone from the file under us: nothing to start
