@@ -55,7 +55,7 @@ public struct Scheduler<Item, Rest: RestState> {
     /// Waiting ids that a slot or a budget held back when they asked (`slot`): re-decided when one frees.
     private var heldBack: Set<String> = []
     /// Resting tasks, in groups alike (see `rest`, `wake`): few, found by a scan.
-    private var groups: [Group] = []
+    @usableFromInline internal var groups: [Group] = []
     private var groupsMade = 0
     /// Beyond this many groups a task that could rest stays awake: tasks that each rest on a state of their own
     /// (holds begun at different times) would make a group each, and every look-up a scan of them.
@@ -69,16 +69,16 @@ public struct Scheduler<Item, Rest: RestState> {
 
     /// Resting tasks of one class and app that rest on one verdict and on rests that share a group: a change of
     /// conditions asks the class's verdict once, and the tasks are told apart by their id and submission time alone.
-    private struct Group {
+    @usableFromInline internal struct Group {
         /// Its own number, for the life of the scheduler: tasks woken from it say where they came from.
-        var number: Int
+        @usableFromInline var number: Int
         var key: RestKey
         var app: String?
         var rest: Rest
         /// One task's fields of the class, for its verdict (any does: no rule that reads identity lets a task rest).
         var fields: TaskFields
         /// Its tasks: id → when submitted.
-        var ids: [String: Double] = [:]
+        @usableFromInline var ids: [String: Double] = [:]
         func job(_ id: String, submitted: Double) -> Job {
             var f = fields
             f.id = id
@@ -142,7 +142,7 @@ public struct Scheduler<Item, Rest: RestState> {
         }
     }
 
-    private struct RestKey: Hashable {
+    struct RestKey: Hashable {
         var rest: RestClass
         var verdict: Verdict
     }
@@ -373,9 +373,10 @@ public struct Scheduler<Item, Rest: RestState> {
     /// The rest of the group the resting task `id` is in (what its supervisor knew: why it waits).
     public func rest(of id: String) -> Rest? { group(of: id).flatMap(rest(ofGroup:)) }
     /// The number of the group the resting task `id` is in: tasks listed with the same number are told the same.
-    public func group(of id: String) -> Int? {
+    @inlinable public func group(of id: String) -> Int? {
         // By index, and only the number out: a listing asks for each of its tasks, and a group copied whole (its
-        // rest, its fields, its dictionary of ids) was most of the look-up.
+        // rest, its fields, its dictionary of ids) was most of the look-up. Inlinable: specialized in the daemon,
+        // not a generic function reaching the dictionary through witness tables.
         for i in groups.indices where groups[i].ids[id] != nil { return groups[i].number }
         return nil
     }

@@ -164,7 +164,7 @@ final class BusService {
         var lists = BusValue.SharedLists()
         for (i, t) in tasks.enumerated() {
             if i > 0 { lines.byte(0x0A) }
-            BusValue.writeJSON(object: t.forEachEntry, into: &lines, iso: &iso, lists: &lists)
+            t.writeJSON(into: &lines, iso: &iso, lists: &lists)
         }
         return lines.text
     }

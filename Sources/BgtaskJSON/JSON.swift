@@ -113,6 +113,22 @@ public struct JSONBytes {
         bytes.append(0x22)
     }
 
+    /// An object's key and its colon, after a comma unless it is the `first`.
+    public mutating func key(_ k: String, first: inout Bool) {
+        if !first { byte(0x2C) }
+        first = false
+        string(k)
+        byte(0x3A)
+    }
+
+    /// A key already written as JSON with its colon (`"app":`, a literal of generated code), after a comma unless it
+    /// is the `first`.
+    public mutating func rawKey(_ quotedWithColon: StaticString, first: inout Bool) {
+        if !first { byte(0x2C) }
+        first = false
+        raw(quotedWithColon)
+    }
+
     /// A number as `JSONValue.number` writes it.
     public mutating func number(_ n: Double) {
         var text = ""

@@ -53,17 +53,18 @@ extension BusValue {
         }
     }
 
-    /// An object of `entries`, already in sorted key order (a generated value's `entries`), as `writeJSON` writes
-    /// a dictionary.
+    /// An object of `entries`, already in sorted key order (a dictionary's, sorted), as `json.rendered` writes it.
     public static func writeJSON(entries: [(key: String, value: BusValue)], into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
-        writeJSON(object: { body in for (k, v) in entries { body(k, v) } }, into: &out, iso: &iso)
-    }
-
-    /// An object whose entries `object` gives in sorted key order (a generated value's `forEachEntry`): no list of
-    /// them is made.
-    public static func writeJSON(object: ((String, BusValue) -> Void) -> Void, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
-        var lists = SharedLists()
-        writeJSON(object: object, into: &out, iso: &iso, lists: &lists)
+        out.byte(0x7B)
+        var first = true
+        for (k, v) in entries {
+            out.key(k, first: &first)
+            switch v {
+            case .int64, .uint64, .uint32, .int32, .byte, .double: writeJSON(number: v.number ?? 0, key: k, into: &out, iso: &iso)
+            default: v.writeJSON(into: &out, iso: &iso)
+            }
+        }
+        out.byte(0x7D)
     }
 
     /// Lists of dictionaries already written, by their storage. A page's resting tasks share their group's `unmet`
@@ -74,42 +75,32 @@ extension BusValue {
         public init() {}
     }
 
-    /// `writeJSON(object:into:iso:)` with the lists written before (`lists`) copied, not written again.
-    public static func writeJSON(object: ((String, BusValue) -> Void) -> Void, into out: inout JSONBytes,
-                                 iso: inout (second: Double, text: String), lists: inout SharedLists) {
-        out.byte(0x7B)
-        var first = true
-        object { k, v in
-            if !first { out.byte(0x2C) }
-            first = false
-            out.string(k)
-            out.byte(0x3A)
-            if case .dicts(let ds) = v, let storage = ds.withUnsafeBufferPointer({ $0.baseAddress.map(UnsafeRawPointer.init) }) {
-                if let last = lists.last, last.storage == storage {
-                    out.bytes.append(contentsOf: last.bytes)
-                } else {
-                    var list = JSONBytes()
-                    v.writeJSON(into: &list, iso: &iso)
-                    out.bytes.append(contentsOf: list.bytes)
-                    lists.last = (storage, list.bytes)
-                }
-                return
-            }
-            v.writeJSON(into: &out, iso: &iso)
-            // Only numbers are looked up among the time keys (most values are strings).
-            switch v {
-            case .string, .strings, .bool, .dict, .dicts: return
-            default: break
-            }
-            if BusValue.timeKeys.contains(k), let t = v.number {
-                let second = t.rounded(.down)
-                if iso.second != second { iso = (second, isoText(t)) }
-                out.byte(0x2C)
-                out.string(k + "_iso")
-                out.byte(0x3A)
-                out.string(iso.text)
-            }
+    /// A number under `key`, and its `_iso` twin after it when `key` holds a time (as `json` gives it one).
+    public static func writeJSON(number t: Double, key: String, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
+        out.number(t)
+        guard timeKeys.contains(key) else { return }
+        let second = t.rounded(.down)
+        if iso.second != second { iso = (second, isoText(t)) }
+        out.byte(0x2C)
+        out.string(key + "_iso")
+        out.byte(0x3A)
+        out.string(iso.text)
+    }
+
+    /// A list of dictionaries, copied from `lists` when the same list (its storage) was written last.
+    public static func writeJSON(list ds: [[String: BusValue]], into out: inout JSONBytes, iso: inout (second: Double, text: String),
+                                 lists: inout SharedLists) {
+        guard let storage = ds.withUnsafeBufferPointer({ $0.baseAddress.map(UnsafeRawPointer.init) }) else {
+            BusValue.dicts(ds).writeJSON(into: &out, iso: &iso)
+            return
         }
-        out.byte(0x7D)
+        if let last = lists.last, last.storage == storage {
+            out.bytes.append(contentsOf: last.bytes)
+            return
+        }
+        var list = JSONBytes()
+        BusValue.dicts(ds).writeJSON(into: &list, iso: &iso)
+        out.bytes.append(contentsOf: list.bytes)
+        lists.last = (storage, list.bytes)
     }
 }
