@@ -184,11 +184,7 @@ public final class Daemon {
         // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
         if let w = policyWarning { say(w) }
-        loop.after(0) { [unowned self] in
-            try? self.audit.prune(now: wallClockNow())
-            try? self.store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
-            self.restoreSlice()
-        }
+        loop.after(0) { [unowned self] in self.restoreSlice() }
         if events.signalFD >= 0 { loop.watch(fd: events.signalFD) { [unowned self] in self.signals() } }
         loop.watch(fd: events.wakeFD) { [unowned self] in
             if let values = self.events.takeConditions() {

@@ -15,7 +15,13 @@ import BgtaskRun
 /// The queue's entries: taking up the stored queue at start, adding, waking and resting tasks, and the supervisor
 /// of each.
 extension Daemon {
-    /// Takes up stored requests 500 at a time, each slice after what the bus has queued. A call that reads or
+    /// A slice of start-up's taking up of the stored queue: pages of this many rows ...
+    static let restorePage = 100
+    /// ... for at most this long of the loop, so that a call is answered within it (a slice of 500 rows was about
+    /// 60 ms on a slow day: most of a first reply's 100 ms).
+    static let restoreSliceSeconds = 0.005
+
+    /// Takes up stored requests a slice at a time, each slice after what the bus has queued. A call that reads or
     /// changes the queue takes up the rest first (`restoreAll`), so no caller sees a partial queue.
     func restoreSlice(schedulingNext: Bool = true) {
         if restoring == nil {
@@ -23,15 +29,25 @@ extension Daemon {
             if n > 0 { say("\(n) pending in the queue") }
             restoring = (nil, n == 0)
         }
-        guard let r = restoring, !r.done else { return }
-        // A page of the stored queue read through its index: a slice costs the same whatever the queue holds, so the
-        // first call is answered after one slice at most.
-        let rows = (try? store.page(state: "pending", after: r.after, limit: 500)) ?? []
+        guard restoring?.done == false else { return }
+        // Pages of the stored queue read through its index: a page costs the same whatever the queue holds, and a
+        // slice ends once its time is up, so the first call is answered after one slice at most.
+        let started = monotonic()
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
         let shared = evaluator()
-        for row in rows where !queue.isWaiting(row.id) { add(row, restored: true, evaluator: shared) }
-        restoring = (rows.last.map { ($0.submitted, $0.id) } ?? r.after, rows.count < 500)
+        repeat {
+            let after = restoring!.after
+            let rows = (try? store.page(state: "pending", after: after, limit: Daemon.restorePage)) ?? []
+            for row in rows where !queue.isWaiting(row.id) { add(row, restored: true, evaluator: shared) }
+            restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < Daemon.restorePage)
+        } while !restoring!.done && monotonic() - started < Daemon.restoreSliceSeconds
         if restoring!.done {
+            // The audit trail and the readings' history are pruned once the queue is taken up, in a round of their
+            // own: before the first slice, a prune of 100,000 entries held the first reply back 100 ms.
+            loop.after(0) { [unowned self] in
+                try? self.audit.prune(now: wallClockNow())
+                try? self.store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
+            }
             if schedulingNext { afterRound(conditionsChanged: false) }
         } else if schedulingNext {
             loop.after(0) { [unowned self] in self.restoreSlice() }
