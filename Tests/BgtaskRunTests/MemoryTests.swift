@@ -46,7 +46,9 @@ final class MappedFile {
     }
 }
 
-@Suite("what a waiting process gives back")
+/// One at a time: `releaseStartupPages` reads the whole process's mappings, then drops those it found. A test beside
+/// it that unmapped its file and mapped another at the same address in between had a page it wrote dropped (CI, once).
+@Suite("what a waiting process gives back", .serialized)
 struct MemoryTests {
     @Test("a read-only file mapping nothing copied is unmapped, and reads the same afterwards")
     func readOnlyPagesAreDroppedAndReadBack() throws {
