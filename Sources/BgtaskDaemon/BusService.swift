@@ -35,7 +35,7 @@ final class BusService {
     var callers: [String: Caller] = [:]
     /// Messages and signals the caller does not wait for, run in the round after the reply.
     var afterReply: [() -> Void] = []
-    /// What each method asks of (the daemon; set by `serve`, or by a test that calls `handle` itself).
+    /// What each method asks of: the daemon, which sets itself here once it is made.
     unowned var commands: (any ServiceCommands)?
 
     /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
@@ -46,8 +46,7 @@ final class BusService {
     /// Exports the interface on `bus` and takes the scheduler's name. `answered` runs after each call has its
     /// reply (`large`: a reply, or a refused call, big enough that its memory should go back once quiet).
     /// Returns false when another process owns the name.
-    func serve(on bus: BusConnection, commands: any ServiceCommands, answered: @escaping (_ large: Bool) -> Void) throws(BusError) -> Bool {
-        self.commands = commands
+    func serve(on bus: BusConnection, answered: @escaping (_ large: Bool) -> Void) throws(BusError) -> Bool {
         let object = try BusObject(connection: bus, path: SchedulerBus.path, xml: SchedulerBus.xml) { [unowned self] call in
             let r = self.handle(call)
             if case .success(let v) = r { answered(BusService.isLarge(v.first)) } else { answered(false) }

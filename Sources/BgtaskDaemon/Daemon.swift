@@ -166,7 +166,7 @@ public final class Daemon {
         audit.flush()
 
         do {
-            let serving = try service.serve(on: bus, commands: self) { [unowned self] large in
+            let serving = try service.serve(on: bus) { [unowned self] large in
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
                 if large { self.quiet.rearm(now: monotonic()) }

@@ -108,25 +108,25 @@ extension Bgtask {
             if let n = next { Pending.nextPage(n) }
         }
 
-        /// Where the next page starts, on stderr: the page itself stays what a script reads.
         /// Writes `text`'s lines to stdout with a comma for each line's end: JSON objects one a line become the
-    /// elements of the array being written.
-    static func writeLinesAsElements(_ text: String) {
-        var text = text
-        text.withUTF8 { (u: UnsafeBufferPointer<UInt8>) in
-            guard let base = u.baseAddress else { return }
-            var start = 0
-            while start < u.count {
-                var end = u.count
-                if let nl = memchr(base + start, 0x0A, u.count - start) { end = UnsafePointer<UInt8>(nl.assumingMemoryBound(to: UInt8.self)) - base }
-                fwrite(base + start, 1, end - start, stdout)
-                if end < u.count { fputc(0x2C, stdout) }
-                start = end + 1
+        /// elements of the array being written.
+        static func writeLinesAsElements(_ text: String) {
+            var text = text
+            text.withUTF8 { (u: UnsafeBufferPointer<UInt8>) in
+                guard let base = u.baseAddress else { return }
+                var start = 0
+                while start < u.count {
+                    var end = u.count
+                    if let nl = memchr(base + start, 0x0A, u.count - start) { end = UnsafePointer<UInt8>(nl.assumingMemoryBound(to: UInt8.self)) - base }
+                    fwrite(base + start, 1, end - start, stdout)
+                    if end < u.count { fputc(0x2C, stdout) }
+                    start = end + 1
+                }
             }
         }
-    }
 
-    static func nextPage(_ cursor: String) {
+        /// Where the next page starts, on stderr: the page itself stays what a script reads.
+        static func nextPage(_ cursor: String) {
             fputs("bgtask pending: more follow; the next page: --after '\(cursor)'\n", stderr)
         }
 

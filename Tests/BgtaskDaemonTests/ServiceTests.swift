@@ -8,6 +8,7 @@ import BgtaskJSON
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskProtocol
+import BgtaskQueue
 import BgtaskRun
 import BgtaskTestSupport
 import Foundation
@@ -360,6 +361,25 @@ struct ServiceTests {
         #expect(pages.flatMap { $0 } == (try d.pending()).map(\.id), "every task once, in submission order")
         // A page that cannot be made ends it with the daemon's error, not a hang.
         #expect(throws: BusError.self) { try client.pendingJSONPages(PageRange(limit: 0)) { _ in } }
+    }
+
+    @Test("start-up takes up a stored queue of several pages a slice at a time, and a call that reads the queue takes up the rest first")
+    func restoresAcrossPages() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        // Rows a previous daemon left, two and a half pages of them.
+        for i in 0..<250 {
+            var r = QueuedTask(id: "left-\(i)", kind: .processing, argv: ["true"], submitted: 1_000 + Double(i))
+            r.requiresExternalPower = true
+            try d.daemon.store.put(r)
+        }
+        d.daemon.restoring = nil
+        d.daemon.restoreSlice(schedulingNext: false)
+        let afterOne = d.daemon.queue.waitingCount
+        #expect(afterOne >= Daemon.restorePage && afterOne % Daemon.restorePage == 0 || afterOne == 250, "whole pages: \(afterOne)")
+        #expect(d.daemon.restoring?.done == (afterOne == 250))
+        let listed = try d.pending(PageRange(limit: 1_000))
+        #expect(listed.count == 250 && Set(listed.map(\.id)).count == 250, "every row once, across the pages' cursors")
+        #expect(d.daemon.restoring?.done == true && d.daemon.queue.waitingCount == 250)
     }
 
     @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
