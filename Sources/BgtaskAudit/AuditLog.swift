@@ -326,6 +326,28 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         }
     }
 
+    /// The words of each of these runs' waits as last told, where its task's latest entry is a deferral of that run
+    /// (run id → detail): a story a new supervisor carries on without telling the same wait again. Found through the
+    /// `task` table, one statement for the lot.
+    public func lastDeferrals(of runs: [(task: String, run: String)]) throws -> [String: String] {
+        guard !runs.isEmpty else { return [:] }
+        var told: [String: String] = [:]
+        // SQLite's default bound on a statement's parameters is 32,766.
+        for start in stride(from: 0, to: runs.count, by: 30_000) {
+            let part = runs[start..<min(runs.count, start + 30_000)]
+            let marks = Array(repeating: "?", count: part.count).joined(separator: ",")
+            try db.read { db in
+                let rows = try Row.fetchCursor(db, sql: """
+                    SELECT d.run_id, d.detail FROM task t JOIN decision d ON d.id = t.last_id
+                    WHERE t.task_id IN (\(marks)) AND d.event = 'deferred'
+                    """, arguments: StatementArguments(part.map(\.task)))
+                while let r = try rows.next() { told[r["run_id"]] = r["detail"] }
+            }
+        }
+        let wanted = Set(runs.map(\.run))
+        return told.filter { wanted.contains($0.key) }
+    }
+
     /// The last entry of each task since a time, newest first, at most `limit` tasks (from the `task` table).
     public func latestPerTask(since: Double, limit: Int = Int.max) throws -> [AuditEntry] {
         try db.read { db in

@@ -38,7 +38,11 @@ extension Daemon {
         repeat {
             let after = restoring!.after
             let rows = (try? store.page(state: "pending", after: after, limit: Daemon.restorePage)) ?? []
-            for row in rows where !queue.isWaiting(row.id) { add(row, restored: true, evaluator: shared) }
+            // Each story goes on from its last words: a wait told before the restart is not told again.
+            let told = (try? audit.lastDeferrals(of: rows.map { ($0.id, Daemon.runID(of: $0)) })) ?? [:]
+            for row in rows where !queue.isWaiting(row.id) {
+                add(row, restored: true, evaluator: shared, told: told[Daemon.runID(of: row)])
+            }
             restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < Daemon.restorePage)
         } while !restoring!.done && monotonic() - started < Daemon.restoreSliceSeconds
         if restoring!.done {
@@ -59,10 +63,12 @@ extension Daemon {
         while restoring?.done != true { restoreSlice(schedulingNext: false) }
     }
 
-    /// Starts supervising a pending request (its machine waits until the policy and the limits allow it).
+    /// Starts supervising a pending request (its machine waits until the policy and the limits allow it); `told`:
+    /// its story's last words, when a supervisor before this one told its wait.
     @discardableResult
-    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil) -> Entry {
+    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil, told: String? = nil) -> Entry {
         let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
+        if let t = told { e.supervisor.continues(told: t) }
         queue.add(job(of: row), e)
         if let c = conditions, let shared = evaluator ?? self.evaluator() {
             e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
@@ -96,13 +102,15 @@ extension Daemon {
     /// Every waiting task supervised anew (a reloaded policy, a resume from sleep): its row as it holds it, or
     /// the queue's, read a page at a time.
     func superviseAllAgain(evaluator shared: Policy.Evaluator?) {
-        let resting = Set(queue.wakeAll().map(\.id))
+        // What each told last: a wait the new policy or the resumed clock leaves as it was is not told again.
+        var resting: [String: String] = [:]
+        for w in queue.wakeAll() { resting[w.id] = w.rest.reason }
         var after: (submitted: Double, id: String)?
         while true {
             let rows = (try? store.page(state: "pending", after: after, limit: 500)) ?? []
             for r in rows {
-                if let e = queue.awake[r.id] { add(e.row, restored: true, evaluator: shared) }
-                else if resting.contains(r.id) { add(r, restored: true, evaluator: shared) }
+                if let e = queue.awake[r.id] { add(e.row, restored: true, evaluator: shared, told: e.supervisor.lastSaid) }
+                else if let told = resting[r.id] { add(r, restored: true, evaluator: shared, told: told) }
             }
             guard rows.count == 500, let last = rows.last else { break }
             after = (last.submitted, last.id)

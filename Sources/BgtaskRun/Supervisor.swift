@@ -54,7 +54,11 @@ public final class Supervisor {
     let rulesReadIdentity: Bool
     var process: TaskProcess?
     var conditions: [String: PolicyValue]?
-    var lastSaid = ""
+    /// Why it waits, as last told in its story (recorded, and said unless quiet): a wait told again in the same words
+    /// is neither. A supervisor that takes up a story told before starts from its last words (`resume`, `continues`).
+    public private(set) var lastSaid = ""
+    /// Whether this supervisor has told a wait itself (then `quietFirstWait` no longer applies).
+    var toldAWait = false
     var dutyAt: Double?
     /// What the run cost (`EnergyMeter`): sampled when the command starts and ends, every `energyInterval` while
     /// a power source answers, and whenever the loop wakes for something else `energyMinimum` after the last
@@ -276,6 +280,14 @@ public final class Supervisor {
         waitingReason = r.reason
         waitingRule = r.rule
         lastSaid = r.reason
+        toldAWait = true
+    }
+
+    /// Carries on a story whose last words were `told` (a task restored after a restart, supervised again after a
+    /// resume or a reload): a first decision that tells the same wait is not recorded or said again, so 100,000
+    /// waiting tasks do not write 100,000 entries, evicting the trail's history, each time the daemon starts.
+    public func continues(told: String) {
+        lastSaid = told
     }
 
     /// A key under which tasks whose thermal dependence must be the same share one answer (the phase, the kind
@@ -353,7 +365,8 @@ public final class Supervisor {
             waitingReason = evaluator.shared(text)
             waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, evaluator.shared($0.location.description)) } : nil
             if text != lastSaid {
-                let first = lastSaid.isEmpty
+                let first = !toldAWait
+                toldAWait = true
                 lastSaid = waitingReason
                 record(.deferred, text, decision: d)
                 // With --no-wait nothing waits: the run ends at once, so the words say it did not start.

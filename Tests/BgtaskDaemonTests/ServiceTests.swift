@@ -123,6 +123,16 @@ final class InProcessDaemon {
         return try list.map { d throws(ProtocolError) in try PendingTask(variant: d) }
     }
 
+    /// `n` rows a previous daemon left in the queue (`left-0` …, processing work waiting for the charger), not yet
+    /// taken up.
+    func storeLeftRows(_ n: Int) throws {
+        for i in 0..<n {
+            var r = QueuedTask(id: "left-\(i)", kind: .processing, argv: ["true"], submitted: 1_000 + Double(i))
+            r.requiresExternalPower = true
+            try daemon.store.put(r)
+        }
+    }
+
     /// The running task `id`'s command exits with `status` (a unit's end, as its manager would say it).
     func exit(_ id: String, status: Int32 = 0) {
         daemon.running[id]?.supervisor.childExited(waitStatus: status << 8)
@@ -367,11 +377,7 @@ struct ServiceTests {
     func restoresAcrossPages() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         // Rows a previous daemon left, two and a half pages of them.
-        for i in 0..<250 {
-            var r = QueuedTask(id: "left-\(i)", kind: .processing, argv: ["true"], submitted: 1_000 + Double(i))
-            r.requiresExternalPower = true
-            try d.daemon.store.put(r)
-        }
+        try d.storeLeftRows(250)
         d.daemon.restoring = nil
         d.daemon.restoreSlice(schedulingNext: false)
         let afterOne = d.daemon.queue.waitingCount
@@ -380,6 +386,41 @@ struct ServiceTests {
         let listed = try d.pending(PageRange(limit: 1_000))
         #expect(listed.count == 250 && Set(listed.map(\.id)).count == 250, "every row once, across the pages' cursors")
         #expect(d.daemon.restoring?.done == true && d.daemon.queue.waitingCount == 250)
+    }
+
+    @Test("a restart, a resume or a reload that leaves a task's wait as it was tells it no second time in the audit trail; a reload that changes its words tells it once")
+    func storiesGoOnAcrossRestarts() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        try d.storeLeftRows(150)
+        func deferrals() throws -> [String: Int] {
+            d.daemon.audit.flush()
+            return Dictionary(try d.daemon.audit.entries().filter { $0.event == "deferred" }.map { ($0.taskID, 1) }, uniquingKeysWith: +)
+        }
+        // A daemon before this one took the rows up: each story begins with its wait.
+        d.daemon.restoring = nil
+        d.daemon.restoreAll()
+        #expect(try deferrals() == Dictionary(uniqueKeysWithValues: (0..<150).map { ("left-\($0)", 1) }))
+
+        // The next daemon takes the same rows up anew, with new supervisors: nothing new to tell.
+        for i in 0..<150 { _ = d.daemon.queue.removeWaiting("left-\(i)") }
+        #expect(d.daemon.queue.waitingCount == 0)
+        d.daemon.restoring = nil
+        d.daemon.restoreAll()
+        #expect(d.daemon.queue.waitingCount == 150)
+        #expect(try deferrals().values.allSatisfy { $0 == 1 }, "a restart told each wait again")
+
+        // A resume from sleep, and a reload of the same policy, supervise every task again: still nothing to tell.
+        d.daemon.superviseAllAgain(evaluator: d.daemon.evaluator())
+        #expect(d.daemon.reload().ok)
+        #expect(try deferrals().values.allSatisfy { $0 == 1 }, "a resume or a reload told an unchanged wait again")
+
+        // A reload whose rule says it in other words: each story tells its new wait, once.
+        try Self.fastPower.replacingOccurrences(of: "waiting for external power", with: "on battery: waits for the charger")
+            .write(to: d.dir.appendingPathComponent("policy.toml"), atomically: true, encoding: .utf8)
+        #expect(d.daemon.reload().ok)
+        let told = try deferrals()
+        #expect(told.count == 150 && told.values.allSatisfy { $0 == 2 }, "\(told.values.sorted().suffix(3))")
+        #expect(try d.pending(PageRange(limit: 1)).first?.reason.contains("waits for the charger") == true)
     }
 
     @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
