@@ -1,5 +1,5 @@
 import BgtaskCore
-import BgtaskAudit
+@testable import BgtaskAudit
 import BgtaskPolicy
 import BgtaskRun
 import Foundation
@@ -103,5 +103,31 @@ struct AuditTests {
         let reader = try AuditLog(path: path, readOnly: true)
         #expect(try reader.entries(task: "t").map(\.runID) == ["r1", "r2"])
         #expect(try reader.latestRun(task: "t") == "r2")
+    }
+}
+
+@Suite("The audit trail: carrying a story on")
+struct LastDeferralTests {
+    @Test("lastDeferrals gives a run's wait only where its task's latest entry is a deferral of that run, found through the task table, not every deferral")
+    func lastDeferralsOfRuns() throws {
+        let log = try AuditLog(path: FileManager.default.temporaryDirectory.appendingPathComponent("audit-\(UUID().uuidString).sqlite").path)
+        func record(_ kind: RunEvent.Kind, _ task: String, run: String, _ detail: String) {
+            var e = RunEvent(kind: kind, monotonic: 0, detail: detail, decision: nil, conditions: [:], exitStatus: nil)
+            e.runID = run
+            log.record(e, task: TaskFields(id: task))
+        }
+        record(.deferred, "a", run: "a-1", "waiting for power")
+        record(.deferred, "a", run: "a-1", "waiting for the network")
+        record(.deferred, "b", run: "b-1", "waiting for power")
+        record(.started, "b", run: "b-1", "pid 7")
+        record(.deferred, "c", run: "c-1", "waiting for power")
+        record(.deferred, "d", run: "d-1", "waiting for power")
+        let told = try log.lastDeferrals(of: [("a", "a-1"), ("b", "b-1"), ("c", "c-2"), ("d", "d-1"), ("e", "e-1")])
+        #expect(told == ["a-1": "waiting for the network", "d-1": "waiting for power"])
+        #expect(try log.lastDeferrals(of: []).isEmpty)
+
+        let ids = (0..<100).map { "task-\($0)" }
+        let plan = try log.queryPlan(AuditLog.lastDeferralsSQL(ids.count), arguments: ids)
+        #expect(plan.contains("SEARCH t USING INDEX") && !plan.contains("decision_event_time"), "\(plan)")
     }
 }
