@@ -16,6 +16,9 @@ public indirect enum BusValue: Sendable, Equatable {
     case byte(UInt8)
     case double(Double)
     case strings([String])
+    /// `ay`: text sent as bytes, which GLib neither checks as UTF-8 nor scans for its end (a page of JSON lines is
+    /// megabytes: as `s` it was checked on each side of the bus and copied into and out of Swift strings).
+    case bytes([UInt8])
     /// `a{sv}`
     case dict([String: BusValue])
     /// `aa{sv}`
@@ -30,6 +33,7 @@ public indirect enum BusValue: Sendable, Equatable {
     public var string: String? { if case .string(let s) = self { return s }; return nil }
     public var bool: Bool? { if case .bool(let b) = self { return b }; return nil }
     public var strings: [String]? { if case .strings(let s) = self { return s }; return nil }
+    public var bytes: [UInt8]? { if case .bytes(let b) = self { return b }; return nil }
     public var number: Double? {
         switch self {
         case .int64(let v): return Double(v)
@@ -56,6 +60,7 @@ public indirect enum BusValue: Sendable, Equatable {
         case .strings(let a):
             var children: [OpaquePointer?] = a.map { g_variant_new_string(BusValue.validUTF8($0)) }
             return cgio_new_array("s", &children, gsize(children.count))
+        case .bytes(let b): return b.withUnsafeBufferPointer { cgio_new_bytes($0.baseAddress, gsize($0.count)) }
         case .dict(let d): return BusValue.dictVariant(d)
         case .dicts(let ds):
             var children: [OpaquePointer?] = ds.map { BusValue.dictVariant($0) }
@@ -102,6 +107,10 @@ public indirect enum BusValue: Sendable, Equatable {
             return from(inner)
         case "as":
             return .strings(mapChildren(v) { c in String(cString: g_variant_get_string(c, nil)) })
+        case "ay":
+            var n: gsize = 0
+            guard let p = g_variant_get_fixed_array(v, &n, 1), n > 0 else { return .bytes([]) }
+            return .bytes(Array(UnsafeRawBufferPointer(start: p, count: Int(n)).bindMemory(to: UInt8.self)))
         case "a{sv}":
             return .dict(dict(v))
         case "aa{sv}":

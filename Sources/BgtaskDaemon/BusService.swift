@@ -136,7 +136,7 @@ final class BusService {
             }
             return d.pendingPage(range).map { page in
                 method == .listPendingPage ? [.dicts(page.tasks.map(\.variant)), .string(page.next)]
-                                           : [.string(BusService.jsonLines(page.tasks)), .string(page.next)]
+                                           : [.bytes(BusService.jsonLines(page.tasks)), .string(page.next)]
             }
         case .listRunning:
             return .success([.dicts(d.listRunning().map(\.variant))])
@@ -156,8 +156,8 @@ final class BusService {
         }
     }
 
-    /// Each task as `bgtask pending --json` prints it, one a line: one string for a page (`ListPendingJSON`).
-    static func jsonLines(_ tasks: [PendingTask]) -> String {
+    /// Each task as `bgtask pending --json` prints it, one a line: the bytes of a page (`ListPendingJSON`).
+    static func jsonLines(_ tasks: [PendingTask]) -> [UInt8] {
         var lines = JSONBytes(capacity: tasks.count * 700)
         var iso = (second: Double.nan, text: "")
         var lists = BusValue.SharedLists()
@@ -165,6 +165,6 @@ final class BusService {
             if i > 0 { lines.byte(0x0A) }
             t.writeJSON(into: &lines, iso: &iso, lists: &lists)
         }
-        return lines.text
+        return lines.bytes
     }
 }

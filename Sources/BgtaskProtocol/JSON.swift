@@ -13,6 +13,8 @@ extension BusValue {
         case .bool(let b): return .bool(b)
         case .int64, .uint64, .uint32, .int32, .byte, .double: return .number(number ?? 0)
         case .strings(let a): return .array(a.map { .string($0) })
+        // The interface's bytes are text (a page of JSON lines).
+        case .bytes(let b): return .string(String(decoding: b, as: UTF8.self))
         case .dict(let d):
             var fields: [(String, JSONValue)] = []
             fields.reserveCapacity(d.count + 2)
@@ -39,6 +41,7 @@ extension BusValue {
             out.byte(0x5B)
             for (i, s) in a.enumerated() { if i > 0 { out.byte(0x2C) }; out.string(s) }
             out.byte(0x5D)
+        case .bytes(let b): out.string(String(decoding: b, as: UTF8.self))
         case .dict(let d):
             BusValue.writeJSON(entries: d.sorted(by: { $0.key < $1.key }).map { (key: $0.key, value: $0.value) }, into: &out, iso: &iso)
         case .dicts(let ds):

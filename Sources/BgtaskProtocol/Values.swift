@@ -48,14 +48,14 @@ extension BusConnection {
 
     /// One page of the waiting tasks as JSON text (`ListPendingJSON`): one task a line, and the cursor of the next
     /// page (nil after the last).
-    public func pendingJSON(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (lines: String, next: String?) {
+    public func pendingJSON(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (lines: [UInt8], next: String?) {
         try Self.jsonPage(call(.listPendingJSON, [.dict(range.variant)], timeoutMs: timeoutMs))
     }
 
     /// `pendingJSON` page after page from `range` to the last, each page given to `body` as it comes. Each next
     /// page is asked for before `body` is given the one that came, so bgtaskd makes it while the client writes.
     /// An error ends it (pages given to `body` before it stay given).
-    public func pendingJSONPages(_ range: PageRange, timeoutMs: Int32 = 25_000, _ body: (String) -> Void) throws(BusError) {
+    public func pendingJSONPages(_ range: PageRange, timeoutMs: Int32 = 25_000, _ body: ([UInt8]) -> Void) throws(BusError) {
         var range = range
         var reply: Result<[BusValue], BusError>?
         func ask() {
@@ -76,8 +76,8 @@ extension BusConnection {
         }
     }
 
-    static func jsonPage(_ reply: [BusValue]) throws(BusError) -> (lines: String, next: String?) {
-        guard reply.count == 2, let lines = reply[0].string, let next = reply[1].string else {
+    static func jsonPage(_ reply: [BusValue]) throws(BusError) -> (lines: [UInt8], next: String?) {
+        guard reply.count == 2, let lines = reply[0].bytes, let next = reply[1].string else {
             throw SchedulerError.failed("bgtaskd answered ListPendingJSON with \(SchedulerMethod.listPendingJSON.replySignature)? a bgtaskd of another version?")
         }
         return (lines, next.isEmpty ? nil : next)

@@ -114,6 +114,11 @@ static inline GVariant *cgio_new_array(const char *element_type, GVariant *const
     return g_variant_new_array(G_VARIANT_TYPE(element_type), children, n);
 }
 
+/* `ay` of `n` bytes, copied (NULL with n == 0: empty). */
+static inline GVariant *cgio_new_bytes(const guint8 *bytes, gsize n) {
+    return g_variant_new_fixed_array(G_VARIANT_TYPE_BYTE, n ? bytes : NULL, n, 1);
+}
+
 /* A connection to the bus at `address` (or the session bus when NULL), ready for messages. */
 static inline GDBusConnection *cgio_connect(const char *address, GError **error) {
     if (address == NULL) return g_bus_get_sync(G_BUS_TYPE_SESSION, NULL, error);

@@ -68,21 +68,22 @@ extension Bgtask {
                 }
                 // bgtaskd writes each task as this command would (`BusValue.json`): the lines are copied as they are.
                 var (next, supported) = DaemonClient.pendingJSONPages(limit: limit, after: after) { lines in
-                    var rest = Substring(lines)
-                    // The first tasks one by one (each may gain its last run's energy), by bytes: a split by
-                    // Characters was most of a long listing's time.
-                    while !rest.isEmpty, written < 200, audit != nil {
-                        let end = rest.utf8.firstIndex(of: 0x0A) ?? rest.endIndex
-                        let line = rest[..<end]
-                        write((try? JSONValue.parse(String(line))) ?? .null, line: line)
-                        rest = end == rest.endIndex ? "" : rest[rest.utf8.index(after: end)...]
+                    lines.withUnsafeBufferPointer { page in
+                        var start = 0
+                        // The first tasks one by one (each may gain its last run's energy).
+                        while start < page.count, written < 200, audit != nil {
+                            let end = Pending.lineEnd(page, from: start)
+                            let line = String(decoding: UnsafeBufferPointer(rebasing: page[start..<end]), as: UTF8.self)
+                            write((try? JSONValue.parse(line)) ?? .null, line: line[...])
+                            start = end + 1
+                        }
+                        guard start < page.count else { return }
+                        // The rest of the page as it is, each line's end made the array's comma, written from the
+                        // reply's own bytes (a copy into a String and out again was half the CLI's time).
+                        if written > 0 { fputs(",", stdout) }
+                        Pending.writeLinesAsElements(UnsafeBufferPointer(rebasing: page[start...]))
+                        written += 1
                     }
-                    guard !rest.isEmpty else { return }
-                    // The rest of the page as it is, each line's end made the array's comma: written from the
-                    // string's own bytes, a line at a time (a copy through `Array(rest.utf8)` was half the CLI's time).
-                    if written > 0 { fputs(",", stdout) }
-                    Pending.writeLinesAsElements(rest.startIndex == lines.startIndex ? lines : String(rest))
-                    written += 1
                 }
                 if !supported {
                     next = DaemonClient.pendingPages(limit: limit, after: after) { page in
@@ -108,21 +109,22 @@ extension Bgtask {
             if let n = next { Pending.nextPage(n) }
         }
 
-        /// Writes `text`'s lines to stdout with a comma for each line's end: JSON objects one a line become the
+        /// Writes the lines of a page's bytes to stdout with a comma for each line's end: JSON objects one a line become the
         /// elements of the array being written.
-        static func writeLinesAsElements(_ text: String) {
-            var text = text
-            text.withUTF8 { (u: UnsafeBufferPointer<UInt8>) in
-                guard let base = u.baseAddress else { return }
-                var start = 0
-                while start < u.count {
-                    var end = u.count
-                    if let nl = memchr(base + start, 0x0A, u.count - start) { end = UnsafePointer<UInt8>(nl.assumingMemoryBound(to: UInt8.self)) - base }
-                    fwrite(base + start, 1, end - start, stdout)
-                    if end < u.count { fputc(0x2C, stdout) }
-                    start = end + 1
-                }
+        static func writeLinesAsElements(_ u: UnsafeBufferPointer<UInt8>) {
+            var start = 0
+            while start < u.count {
+                let end = lineEnd(u, from: start)
+                fwrite(u.baseAddress! + start, 1, end - start, stdout)
+                if end < u.count { fputc(0x2C, stdout) }
+                start = end + 1
             }
+        }
+
+        /// The index of the first newline at or after `start`, or the end.
+        static func lineEnd(_ u: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+            guard let base = u.baseAddress, start < u.count, let nl = memchr(base + start, 0x0A, u.count - start) else { return u.count }
+            return UnsafePointer<UInt8>(nl.assumingMemoryBound(to: UInt8.self)) - base
         }
 
         /// Where the next page starts, on stderr: the page itself stays what a script reads.

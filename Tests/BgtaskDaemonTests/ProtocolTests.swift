@@ -16,6 +16,17 @@ import Testing
         }
     }
 
+    @Test("bytes go onto the bus as ay and come back equal, empty, NUL and invalid UTF-8 included; the page method's reply is (ay s)")
+    func bytesOntoTheBus() throws {
+        for b: [UInt8] in [[], [0], Array("{\"id\":\"é\"}\n{}".utf8), [0xFF, 0xFE, 0x41], Array(repeating: 0x7B, count: 1 << 20)] {
+            let v = BusValue.bytes(b).variant()
+            defer { g_variant_unref(v) }
+            #expect(String(cString: g_variant_get_type_string(v)) == "ay")
+            #expect(BusValue.from(v) == .bytes(b))
+        }
+        #expect(SchedulerMethod.listPendingJSON.replySignature == "(ays)")
+    }
+
     @Test("a Submit's options go onto the bus and come back equal; absent keys stay absent")
     func submitOptionsRoundTrip() throws {
         var o = SubmitOptions(id: "backup", requiresExternalPower: true)

@@ -332,8 +332,8 @@ struct ServiceTests {
             let (text, next) = try page(.listPendingJSON, after: after)
             let (tasks, nextOfPage) = try page(.listPendingPage, after: after)
             #expect(next == nextOfPage, "both methods page alike")
-            guard case .dicts(let list) = tasks, let t = text.string else { throw DaemonTestFailure("replies \(tasks) \(text)") }
-            lines += t.split(separator: "\n").map(String.init)
+            guard case .dicts(let list) = tasks, let t = text.bytes else { throw DaemonTestFailure("replies \(tasks) \(text)") }
+            lines += t.split(separator: 0x0A).map { String(decoding: $0, as: UTF8.self) }
             expected += list.map { BusValue.dict($0).json.rendered }
             after = next.isEmpty ? nil : next
         } while after != nil
@@ -362,8 +362,8 @@ struct ServiceTests {
         var pages: [[String]] = []
         // The daemon's service answers on this thread's default context, which the client's wait runs.
         try client.pendingJSONPages(PageRange(limit: 3)) { lines in
-            pages.append(lines.split(separator: "\n").map { line in
-                guard case .string(let id)? = (try? JSONValue.parse(String(line)))?["id"] else { return "?" }
+            pages.append(lines.split(separator: 0x0A).map { line in
+                guard case .string(let id)? = (try? JSONValue.parse(String(decoding: line, as: UTF8.self)))?["id"] else { return "?" }
                 return id
             })
         }
