@@ -161,9 +161,10 @@ final class BusService {
         var lines = JSONBytes(capacity: tasks.count * 700)
         var iso = (second: Double.nan, text: "")
         var lists = BusValue.SharedLists()
-        for (i, t) in tasks.enumerated() {
+        // By index: a task copied out of the array (`enumerated`) was a retain and a release of each of its strings.
+        for i in tasks.indices {
             if i > 0 { lines.byte(0x0A) }
-            t.writeJSON(into: &lines, iso: &iso, lists: &lists)
+            tasks[i].writeJSON(into: &lines, iso: &iso, lists: &lists)
         }
         return lines.bytes
     }

@@ -11,35 +11,50 @@ import BgtaskRun
 /// What the listings tell of the queue (`ListPending`, `ListPendingPage`, `ListPendingJSON`, `ListRunning`): the
 /// stored queue read a page at a time, and what the daemon holds of each task looked up.
 extension Daemon {
+    /// What a listing learns once and tells many tasks: the readings a wait depends on, each reading's estimate,
+    /// and the answer for each combination of waits (a page of 2,500 tasks has a few).
+    struct LikelyCache {
+        var readings: (power: Bool, inUse: Bool, online: Bool)?
+        var estimates: [String: StartEstimate.Outcome] = [:]
+        var told: [UInt8: (at: Double?, text: String)] = [:]
+    }
+
     /// When a task waiting for the charger, the person's absence or the network will likely start, from the
     /// machine's own history; nil when it waits for none of them. Each reading's estimate is made once a call.
-    func likelyStart(_ row: QueuedTask, wall: Double, cache: inout [String: StartEstimate.Outcome]) -> (at: Double?, text: String)? {
-        let r = readings ?? [:]
-        var waits: [(name: String, what: String, future: String)] = []
-        if row.requiresExternalPower && r["power.external"] != .bool(true) { waits.append(("power.external", "the charger came", "the charger comes")) }
-        if row.kind == .processing && !row.userInitiated && r["user.idle"] == .bool(false) {
-            waits.append(("user.idle", "you stepped away", "you step away"))
+    func likelyStart(_ row: QueuedTask, wall: Double, cache: inout LikelyCache) -> (at: Double?, text: String)? {
+        if cache.readings == nil {
+            let r = readings ?? [:]
+            cache.readings = (r["power.external"] == .bool(true), r["user.idle"] == .bool(false), r["network.online"] == .bool(true))
         }
-        if row.requiresNetwork && r["network.online"] != .bool(true) { waits.append(("network.online", "the network came", "the network comes")) }
-        guard !waits.isEmpty else { return nil }
+        let now = cache.readings!
+        let all: [(name: String, what: String, future: String)] = [
+            ("power.external", "the charger came", "the charger comes"), ("user.idle", "you stepped away", "you step away"),
+            ("network.online", "the network came", "the network comes"),
+        ]
+        var mask: UInt8 = 0
+        if row.requiresExternalPower && !now.power { mask |= 1 }
+        if row.kind == .processing && !row.userInitiated && now.inUse { mask |= 2 }
+        if row.requiresNetwork && !now.online { mask |= 4 }
+        guard mask != 0 else { return nil }
+        if let told = cache.told[mask] { return told }
         var latest: (StartEstimate.Estimate, String)?
-        for w in waits {
+        var answer: (at: Double?, text: String)?
+        for (i, w) in all.enumerated() where mask & (1 << i) != 0 {
             let outcome: StartEstimate.Outcome
-            if let c = cache[w.name] { outcome = c } else {
+            if let c = cache.estimates[w.name] { outcome = c } else {
                 let rows = (try? store.transitions(w.name, since: wall - 56 * 86_400)) ?? []
                 let history = rows.compactMap { row -> StartEstimate.Change? in
                     row.value == "true" ? .init(time: row.time, value: true) : row.value == "false" ? .init(time: row.time, value: false) : nil
                 }
                 outcome = StartEstimate.estimate(history, now: wall)
-                cache[w.name] = outcome
+                cache.estimates[w.name] = outcome
             }
-            switch outcome {
-            case .unknown(let why): return (nil, "no estimate of when \(w.future): \(why)")
-            case .likely(let est): if latest == nil || est.at > latest!.0.at { latest = (est, w.what) }
-            }
+            if case .unknown(let why) = outcome { answer = (nil, "no estimate of when \(w.future): \(why)"); break }
+            if case .likely(let est) = outcome, latest == nil || est.at > latest!.0.at { latest = (est, w.what) }
         }
-        guard let (est, what) = latest else { return nil }
-        return (est.at, StartEstimate.text(est, what: what, now: wall))
+        if answer == nil, let (est, what) = latest { answer = (est.at, StartEstimate.text(est, what: what, now: wall)) }
+        cache.told[mask] = answer
+        return answer
     }
 
     /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), and the cursor of
@@ -118,10 +133,12 @@ extension Daemon {
     func listPending(_ entries: [Listed]) -> [PendingTask] {
         let wall = wallClockNow(), mono = monotonic()
         let now = evaluator()
-        var estimates: [String: StartEstimate.Outcome] = [:]
+        var likely = LikelyCache()
         // What a resting group's tasks do not meet, made once for the group: one list shared by them all.
         var groupUnmet: [Int: [[String: BusValue]]] = [:]
-        return entries.filter(\.isWaiting).map { e in
+        var out: [PendingTask] = []
+        out.reserveCapacity(entries.count)
+        for e in entries where e.isWaiting {
             let row = e.row
             let unmet: [[String: BusValue]]
             if let g = e.group, row.earliest.map({ $0 <= wall }) ?? true {
@@ -139,14 +156,15 @@ extension Daemon {
                                 failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet,
                                 rule: e.rule?.id, location: e.rule?.location,
                                 earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
-            if let l = likelyStart(row, wall: wall, cache: &estimates) {
+            if let l = likelyStart(row, wall: wall, cache: &likely) {
                 t.likely = l.text
                 t.likelyStart = l.at
             }
             // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
             if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - mono) }
-            return t
+            out.append(t)
         }
+        return out
     }
 
     /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied

@@ -131,9 +131,21 @@ public struct JSONBytes {
 
     /// A number as `JSONValue.number` writes it.
     public mutating func number(_ n: Double) {
-        var text = ""
-        JSONValue.number(n, into: &text)
-        bytes.append(contentsOf: text.utf8)
+        guard n.isFinite && n == n.rounded() && abs(n) < 1e15 else {
+            var text = ""
+            JSONValue.number(n, into: &text)
+            bytes.append(contentsOf: text.utf8)
+            return
+        }
+        // A whole number's digits written straight in (no String made for a count or a flag).
+        if n < 0 { bytes.append(0x2D) }
+        var v = UInt64(abs(n))
+        let start = bytes.count
+        repeat {
+            bytes.append(UInt8(48 + v % 10))
+            v /= 10
+        } while v > 0
+        bytes[start...].reverse()
     }
 }
 
@@ -237,7 +249,15 @@ struct JSONReader {
 
     mutating func string() throws(JSONParseError) -> String {
         i += 1
-        var out: [UInt8] = []
+        // Most strings hold no escape: made from their bytes at once, not a byte at a time.
+        var end = i
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\") { end += 1 }
+        if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+            defer { i = end + 1 }
+            return String(decoding: bytes[i..<end], as: UTF8.self)
+        }
+        var out = Array(bytes[i..<end])
+        i = end
         while i < bytes.count {
             let c = bytes[i]
             if c == UInt8(ascii: "\"") { i += 1; return String(decoding: out, as: UTF8.self) }

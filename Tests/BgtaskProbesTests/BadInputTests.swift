@@ -168,6 +168,21 @@ struct JSONTests {
         #expect(v.rendered == #"{"a":"q\"\\\n\u0001","b":42,"c":4.5,"d":null}"#)
     }
 
+    @Test("the byte writer writes each number as the value renderer does: whole ones by their digits, signs, zero, the 1e15 bound, fractions, non-finite as null")
+    func numbersWrittenAlike() {
+        var values: [Double] = [0, -0.0, 1, -1, 9, 10, 42, -100, 1e14, 999_999_999_999_999, -999_999_999_999_999, 1e15, -1e15,
+                                1.5, -2.25, 1_764_000_000.25, 1e300, .nan, .infinity, -.infinity, 0.1]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 { values.append(Double(Int64.random(in: -2_000_000_000_000_000...2_000_000_000_000_000, using: &generator))) }
+        for n in values {
+            var out = JSONBytes()
+            out.number(n)
+            var text = ""
+            JSONValue.number(n, into: &text)
+            #expect(out.text == text, "\(n)")
+        }
+    }
+
     @Test("any string survives rendering and parsing: escapes amid runs of plain text, at either end, multi-byte letters")
     func stringsRoundTrip() throws {
         let pieces = ["", "plain", "\"", "\\", "\n", "\u{0}", "\u{1f}", "\t", "é", "日本", "🔋", " ", "/"]
