@@ -139,6 +139,7 @@ public final class Daemon {
 
     /// Recovers what a previous daemon left, loads the queue, takes the bus name, and serves until SIGTERM.
     public func run() throws -> Int32 {
+        Memory.keepFreedHeapUntilQuiet()
         try prepare()
         loop.run()
         return exitStatus

@@ -50,6 +50,20 @@ final class MappedFile {
 /// it that unmapped its file and mapped another at the same address in between had a page it wrote dropped (CI, once).
 @Suite("what a waiting process gives back", .serialized)
 struct MemoryTests {
+    @Test("once the heap keeps what it frees, buffers of 1 to 30 MB come from the heap, not from mappings of their own")
+    func bigBuffersComeFromTheHeap() throws {
+        // glibc marks a chunk it mapped on its own with bit 1 (IS_MMAPPED) of the size word just before it.
+        func mapped(_ p: UnsafeMutableRawPointer) -> Bool { (p - MemoryLayout<UInt>.size).load(as: UInt.self) & 2 != 0 }
+        // (glibc's default maps each buffer over 128 KB on its own, until it has freed a bigger mapped one; 30 MB is
+        // more than this process frees in one piece elsewhere.)
+        Memory.keepFreedHeapUntilQuiet()
+        for size in [1 << 20, 2_500 * 650, 16 << 20, 30 << 20] {
+            let p = try #require(malloc(size))
+            #expect(!mapped(p), "\(size) bytes mapped on their own")
+            free(p)
+        }
+    }
+
     @Test("a read-only file mapping nothing copied is unmapped, and reads the same afterwards")
     func readOnlyPagesAreDroppedAndReadBack() throws {
         let f = try MappedFile(pages: 64, protection: PROT_READ)
