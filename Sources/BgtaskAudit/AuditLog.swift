@@ -228,13 +228,14 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
 
     /// Entries in one transaction, each also recorded as its task's latest; followers are woken once.
     public func append(contentsOf entries: [AuditEntry]) throws {
+        // Statements prepared once and kept, arguments given as they are: each Submit records its first wait, and
+        // a record's Codable insert and a statement parsed anew were a tenth of its CPU.
         try db.write { db in
-            for var e in entries {
-                try e.insert(db)
-                try db.execute(sql: """
-                    INSERT INTO task (task_id, last_id, last_time) VALUES (?, ?, ?)
-                    ON CONFLICT (task_id) DO UPDATE SET last_id = excluded.last_id, last_time = excluded.last_time
-                    """, arguments: [e.taskID, db.lastInsertedRowID, e.time])
+            let insert = try db.cachedStatement(sql: AuditLog.insertSQL), latest = try db.cachedStatement(sql: AuditLog.latestSQL)
+            for e in entries {
+                try insert.execute(arguments: [e.time, e.runID, e.taskID, e.event, e.verdict, e.detail, e.rules, e.conditions,
+                                               e.exitStatus, e.energyWh, e.energy])
+                try latest.execute(arguments: [e.taskID, db.lastInsertedRowID, e.time])
             }
         }
         // Followers (`bgtask log`) watch this file: it changes only after the commit is visible, unlike
@@ -244,6 +245,15 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     }
 
     public var changedPath: String { path + ".changed" }
+
+    static let insertSQL = """
+        INSERT INTO decision (time, run_id, task_id, event, verdict, detail, rules, conditions, exit_status, energy_wh, energy)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """
+    static let latestSQL = """
+        INSERT INTO task (task_id, last_id, last_time) VALUES (?, ?, ?)
+        ON CONFLICT (task_id) DO UPDATE SET last_id = excluded.last_id, last_time = excluded.last_time
+        """
 
     // MARK: RunObserver
 

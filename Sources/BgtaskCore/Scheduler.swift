@@ -56,7 +56,8 @@ public struct Scheduler<Item, Rest: RestState> {
     private var heldBack: Set<String> = []
     /// Resting tasks, in groups alike (see `rest`, `wake`): few, found by a scan.
     @usableFromInline internal var groups: [Group] = []
-    private var groupsMade = 0
+    /// Resting groups made so far (each group's number): a count that moves when a task rests in a new group.
+    public private(set) var groupsMade = 0
     /// Beyond this many groups a task that could rest stays awake: tasks that each rest on a state of their own
     /// (holds begun at different times) would make a group each, and every look-up a scan of them.
     public static var maxGroups: Int { 64 }

@@ -339,8 +339,8 @@ public final class Daemon {
 
 
 
-    /// Set when a task began to rest since the last round: whether zones must be read is asked again then (a
-    /// resting task has no supervisor for the loop to ask).
+    /// Set when a task began to rest in a new group since the last round: whether zones must be read is asked again
+    /// then (a resting task has no supervisor for the loop to ask).
     var newlyResting = false
 
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the

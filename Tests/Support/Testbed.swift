@@ -67,6 +67,7 @@ public final class Testbed {
         public var zone: String
     }
 
+    @discardableResult
     public func addLaptop(acOnline: Bool, batteryStatus: String = "Discharging", energyNow: Int = 25_200_000,
                           zoneMilliC: Int = 54_000) -> Laptop {
         let ac = add("power_supply", "AC", attributes: ["type": "Mains", "online": acOnline ? "1" : "0"],
