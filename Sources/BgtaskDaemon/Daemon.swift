@@ -36,10 +36,7 @@ public final class Daemon {
         get { configuration.ref.policy }
         set { configuration.ref = PolicyRef(newValue) }
     }
-    var policyWarning: String? {
-        get { configuration.warning }
-        set { configuration.warning = newValue }
-    }
+    var policyWarning: String? { configuration.warning?.text }
     /// The queue in memory: awake, resting and running tasks, admission, slots, budgets, what follows a run.
     var queue: Scheduler<Entry, Supervisor.Rest>
     var limits: Schedule.Limits { queue.limits }
@@ -85,8 +82,8 @@ public final class Daemon {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
         }
-        let warning = errors.isEmpty ? nil : "a policy layer does not load and is left out (the other layers are in force until it is fixed): "
-            + errors.map(\.description).joined(separator: "; ")
+        let warning = errors.isEmpty ? nil : PolicyWarning(
+            what: "a policy layer does not load and is left out (the other layers are in force until it is fixed)", errors: errors)
         configuration = PolicyInForce(p, warning: warning, atStart: atStart)
         queue = Scheduler(limits: Schedule.Limits(p.settings), now: monotonic(), day: Daemon.localDay(),
                           usage: (try? files.store.usage(day: Daemon.localDay())) ?? [:], standing: (try? files.store.standing()) ?? [:],
@@ -184,7 +181,7 @@ public final class Daemon {
         // Work starts only once the daemon answers on the bus: a client never sees a task it cannot ask about.
         // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
-        if let w = policyWarning { say(w) }
+        if let w = configuration.warning { say(w.line) }
         loop.after(0) { [unowned self] in self.restoreSlice() }
         if events.signalFD >= 0 { loop.watch(fd: events.signalFD) { [unowned self] in self.signals() } }
         loop.watch(fd: events.wakeFD) { [unowned self] in
@@ -431,11 +428,12 @@ public final class Daemon {
         let sources = Daemon.policySources(options)
         let (p, errors) = PolicyLayers.load(sources)
         if !errors.isEmpty {
-            policyWarning = "the policy does not load (the last good policy stays in force): " + errors.map(\.description).joined(separator: "; ")
-            say(policyWarning!)
-            return (false, policyWarning!)
+            let w = PolicyWarning(what: "the policy does not load (the last good policy stays in force)", errors: errors)
+            configuration.warning = w
+            say(w.line)
+            return (false, w.text)
         }
-        policyWarning = nil
+        configuration.warning = nil
         let changes = p.changes(from: policy)
         policy = p
         queue.limits = Schedule.Limits(p.settings)

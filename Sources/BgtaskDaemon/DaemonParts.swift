@@ -49,16 +49,27 @@ final class PolicyInForce {
     /// As every supervisor refers to it (one reference each, not a copy).
     var ref: PolicyRef
     /// What is wrong with the layers now (a file left out, a reload refused), for `status` and the log.
-    var warning: String?
+    var warning: PolicyWarning?
     /// The policy layers' and manifests' directories, watched (nil without inotify).
     var watch: ConfigWatch?
     /// The configuration directories as they were when first read (`Daemon.watchConfiguration`).
     var atStart: [String]
-    init(_ policy: Policy, warning: String?, atStart: [String]) {
+    init(_ policy: Policy, warning: PolicyWarning?, atStart: [String]) {
         ref = PolicyRef(policy)
         self.warning = warning
         self.atStart = atStart
     }
+}
+
+/// What is wrong with the policy's layers: what it means for the policy in force, and each file's error.
+struct PolicyWarning {
+    let what: String
+    let errors: [PolicyError]
+    /// With each error's line of the file and its caret (`status`, `pending`, `policy reload`).
+    var text: String { what + ": " + errors.map(\.description).joined(separator: "; ") }
+    /// One line, where and what of each error (the log: the journal keeps a line an entry, and the snippet's line
+    /// breaks came out as `\x0a`).
+    var line: String { what + ": " + errors.map(\.summary).joined(separator: "; ") }
 }
 
 /// The conditions as bgtaskd last heard them: the watcher's newest readings, their merge with the daemon's own

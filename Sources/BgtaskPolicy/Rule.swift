@@ -37,8 +37,11 @@ public struct PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
         self.length = length
     }
 
+    /// Where and what, on one line (a log line: the journal keeps one line an entry).
+    public var summary: String { "\(location.full): \(message)" }
+
     public var description: String {
-        var s = "\(location.full): \(message)"
+        var s = summary
         if var line = sourceLine {
             // A window of at most 120 characters around the column: a generated file can have a huge line.
             var column = location.column

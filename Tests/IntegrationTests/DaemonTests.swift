@@ -449,7 +449,9 @@ extension UmockdevIntegrationTests {
         #expect((entry["location"] as? String)?.hasSuffix("70-night.toml:2") == true, "\(entry)")
 
         try p.userPolicy("70-night.toml", "[[rule]]\nid = \"broken\"\nwhen = 'thermal.state > \"warm\"'\nverdict = \"defer\"\n")
-        _ = try #require(d.said("the last good policy stays in force"), "\(d.daemon?.stderr ?? "")")
+        let logged = try #require(d.said("the last good policy stays in force"), "\(d.daemon?.stderr ?? "")")
+        // The log line names the file, its line and what is wrong, on one line (no escaped snippet in the journal).
+        #expect(logged.contains("70-night.toml:3:") && !logged.contains("\\x0a") && !logged.contains("^"), "\(logged)")
         let (_, text, _) = try d.bgtask(["pending"])
         #expect(text.contains("warning:") && text.contains("70-night.toml:3"), "\(text)")
         #expect(try d.pending().count == 1)
