@@ -15,8 +15,6 @@ import BgtaskRun
 /// bgtaskd: the queue (SQLite), one supervisor per task in one event loop (the GLib main loop, which
 /// also serves the D-Bus interface), driven by the same core as `bgtask run`.
 public final class Daemon {
-    /// The wall-clock timer of local midnight (`scheduleMidnight`), -1 until set.
-    var midnightFD: Int32 = -1
     /// Its state directory, lock, queue, audit trail and journal.
     let files: StateFiles
     var store: QueueStore { files.store }
@@ -41,10 +39,8 @@ public final class Daemon {
     var queue: Scheduler<Entry, Supervisor.Rest>
     var limits: Schedule.Limits { queue.limits }
     var running: [String: Entry] { queue.running }
-    var sequence = 0
-    var stopping = false
-    /// How far start-up has taken up the stored queue: after which row, and whether all of it (nil: not begun).
-    var restoring: (after: (submitted: Double, id: String)?, done: Bool)?
+    /// Start-up's progress, the stop, the quiet spell: what the loop keeps between rounds.
+    var rounds = RoundState()
     /// logind's sleep and shutdown, and the delay locks held while work runs.
     lazy var sleep = SleepWatch { [unowned self] in self.say($0) }
     /// The apps: manifests, switches, connected clients, their tasks' views, the processes bgtaskd launched.
@@ -67,7 +63,6 @@ public final class Daemon {
         get { current.latest }
         set { current.latest = newValue }
     }
-    public private(set) var exitStatus: Int32 = 0
 
     public init(options: DaemonOptions) throws {
         self.options = options
@@ -139,7 +134,7 @@ public final class Daemon {
         Memory.keepFreedHeapUntilQuiet()
         try prepare()
         loop.run()
-        return exitStatus
+        return 0
     }
 
     /// All of `run` but the loop: recovery, the apps, the bus name, the watches; the first round.
@@ -167,7 +162,7 @@ public final class Daemon {
             let serving = try service.serve(on: bus) { [unowned self] large in
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
-                if large { self.quiet.rearm(now: monotonic()) }
+                if large { self.rounds.quiet.rearm(now: monotonic()) }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
                 // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
@@ -336,13 +331,8 @@ public final class Daemon {
 
 
 
-    /// Set when a task began to rest in a new group since the last round: whether zones must be read is asked again
-    /// then (a resting task has no supervisor for the loop to ask).
-    var newlyResting = false
-
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).
-    var quiet = Memory.QuietSpell()
     func release() {
         store.releaseMemory()
         audit.releaseMemory()
@@ -390,13 +380,13 @@ public final class Daemon {
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
         // An app that is connected reads ProcessInfo.thermalState: the zones are read for it too (2–30 s, by distance).
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || newlyResting || roster.clients.count != roster.clientsAtLastRound) { [unowned self] in
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || rounds.newlyResting || roster.clients.count != roster.clientsAtLastRound) { [unowned self] in
             !self.roster.clients.isEmpty || self.restingDependOnThermal()
         }
         roster.clientsAtLastRound = roster.clients.count
-        newlyResting = false
-        let releasing = quiet.observe(quiet: running.isEmpty, now: now)
-        let next = [events.nextDeadline(sups), quiet.deadline, sleep.deadline].compactMap { $0 }.min()
+        rounds.newlyResting = false
+        let releasing = rounds.quiet.observe(quiet: running.isEmpty, now: now)
+        let next = [events.nextDeadline(sups), rounds.quiet.deadline, sleep.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
         // Last, so that little code runs between giving pages back and the loop's sleep: every page touched after
         // it is faulted in again with its neighbours (the kernel maps 64 KB around a fault).

@@ -61,6 +61,21 @@ final class PolicyInForce {
     }
 }
 
+/// What the loop keeps from one round of events to the next.
+struct RoundState {
+    /// How far start-up has taken up the stored queue: after which row, and whether all of it (nil: not begun).
+    var restoring: (after: (submitted: Double, id: String)?, done: Bool)?
+    /// SIGTERM came: running tasks end and wait in the queue, and the loop ends after them.
+    var stopping = false
+    /// A task began to rest in a new group since the last round: whether zones must be read is asked again then
+    /// (a resting task has no supervisor for the loop to ask).
+    var newlyResting = false
+    /// Once nothing has run for a while, what start-up or the last run used is given back (`Daemon.release`).
+    var quiet = Memory.QuietSpell()
+    /// Supervisors made so far (each command task's run token is unique with it).
+    var supervisorsMade = 0
+}
+
 /// What is wrong with the policy's layers: what it means for the policy in force, and each file's error.
 struct PolicyWarning {
     let what: String

@@ -28,24 +28,23 @@ extension Daemon {
     /// a suspend, and a clock or time-zone change cancels it so it is set again) — not a monotonic delay, which
     /// stops while the machine sleeps, and not an hourly look, which would wake an idle daemon for nothing.
     func scheduleMidnight() {
-        if midnightFD < 0 {
-            midnightFD = timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
-            guard midnightFD >= 0 else { say("cannot set the midnight timer (timerfd: \(String(cString: strerror(errno))))"); return }
-            loop.watch(fd: midnightFD) { [unowned self] in
-                var expirations: UInt64 = 0
-                let n = read(self.midnightFD, &expirations, 8)
-                // ECANCELED: the wall clock was set; the next midnight is another instant now.
-                if n == 8 { self.midnight() }
-                self.armMidnight()
-            }
+        let fd = timerfd_create(CLOCK_REALTIME, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard fd >= 0 else { say("cannot set the midnight timer (timerfd: \(String(cString: strerror(errno))))"); return }
+        // The descriptor is the watch's for the daemon's life: nothing else needs it.
+        loop.watch(fd: fd) { [unowned self] in
+            var expirations: UInt64 = 0
+            let n = read(fd, &expirations, 8)
+            // ECANCELED: the wall clock was set; the next midnight is another instant now.
+            if n == 8 { self.midnight() }
+            self.armMidnight(fd)
         }
-        armMidnight()
+        armMidnight(fd)
     }
 
-    func armMidnight() {
+    func armMidnight(_ fd: Int32) {
         var spec = itimerspec()
         spec.it_value.tv_sec = time_t(RunEnd.nextLocalMidnight(after: wallClockNow()))
-        if timerfd_settime(midnightFD, Int32(TFD_TIMER_ABSTIME) | Int32(TFD_TIMER_CANCEL_ON_SET), &spec, nil) != 0 {
+        if timerfd_settime(fd, Int32(TFD_TIMER_ABSTIME) | Int32(TFD_TIMER_CANCEL_ON_SET), &spec, nil) != 0 {
             say("cannot set the midnight timer (timerfd_settime: \(String(cString: strerror(errno))))")
         }
     }

@@ -24,28 +24,28 @@ extension Daemon {
     /// Takes up stored requests a slice at a time, each slice after what the bus has queued. A call that reads or
     /// changes the queue takes up the rest first (`restoreAll`), so no caller sees a partial queue.
     func restoreSlice(schedulingNext: Bool = true) {
-        if restoring == nil {
+        if rounds.restoring == nil {
             let n = (try? store.count(state: "pending")) ?? 0
             if n > 0 { say("\(n) pending in the queue") }
-            restoring = (nil, n == 0)
+            rounds.restoring = (nil, n == 0)
         }
-        guard restoring?.done == false else { return }
+        guard rounds.restoring?.done == false else { return }
         // Pages of the stored queue read through its index: a page costs the same whatever the queue holds, and a
         // slice ends once its time is up, so the first call is answered after one slice at most.
         let started = monotonic()
         // One evaluator for the slice: tasks alike then share their decision's storage (see `Policy.Evaluator`).
         let shared = evaluator()
         repeat {
-            let after = restoring!.after
+            let after = rounds.restoring!.after
             let rows = (try? store.page(state: "pending", after: after, limit: Daemon.restorePage)) ?? []
             // Each story goes on from its last words: a wait told before the restart is not told again.
             let told = (try? audit.lastDeferrals(of: rows.map { ($0.id, Daemon.runID(of: $0)) })) ?? [:]
             for row in rows where !queue.isWaiting(row.id) {
                 add(row, restored: true, evaluator: shared, told: told[Daemon.runID(of: row)])
             }
-            restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < Daemon.restorePage)
-        } while !restoring!.done && monotonic() - started < Daemon.restoreSliceSeconds
-        if restoring!.done {
+            rounds.restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < Daemon.restorePage)
+        } while !rounds.restoring!.done && monotonic() - started < Daemon.restoreSliceSeconds
+        if rounds.restoring!.done {
             // The audit trail and the readings' history are pruned once the queue is taken up, in a round of their
             // own: before the first slice, a prune of 100,000 entries held the first reply back 100 ms.
             loop.after(0) { [unowned self] in
@@ -60,7 +60,7 @@ extension Daemon {
 
     /// The whole stored queue, taken up now.
     func restoreAll() {
-        while restoring?.done != true { restoreSlice(schedulingNext: false) }
+        while rounds.restoring?.done != true { restoreSlice(schedulingNext: false) }
     }
 
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it); `told`:
@@ -126,7 +126,7 @@ extension Daemon {
     /// The supervisor of a stored request.
     func supervisor(for row: QueuedTask, restored: Bool) -> Supervisor {
         let wall = wallClockNow(), mono = monotonic()
-        sequence += 1
+        rounds.supervisorsMade += 1
         var o = RunOptions(argv: row.command, task: row.fields, probe: probe)
         o.budget = row.budget
         o.cpuMonitor = !row.requiresExternalPower
@@ -137,7 +137,7 @@ extension Daemon {
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
         o.pauseExpires = row.isAppTask
         o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
-        if !row.isAppTask { o.runToken = RunProcesses.newToken(sequence: sequence) }
+        if !row.isAppTask { o.runToken = RunProcesses.newToken(sequence: rounds.supervisorsMade) }
         o.mechanism = CapMechanism.preference(Environment.get("BGTASK_CAP_MECHANISM"))
         o.quiet = options.quiet
         let s = Supervisor(options: o, policy: policyRef, observer: TaskObserver(audit: audit, journal: journal, runID: o.runID), state: nil,
@@ -169,7 +169,7 @@ extension Daemon {
         guard let r = e.supervisor.rest, queue.rest(e.id, verdict: r.verdict, rest: r) != nil else { return false }
         // Only a new group can change whether resting tasks need the zones read: a task joining its group (each
         // Submit of work like the rest) leaves the answer as it was, and asking again cost a Submit a tenth of its CPU.
-        if queue.groupsMade != groups { newlyResting = true }
+        if queue.groupsMade != groups { rounds.newlyResting = true }
         return true
     }
 }

@@ -132,8 +132,8 @@ extension Daemon {
     /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running
     /// unsupervised — all at once, within one grace of at most 5 s (under the unit's TimeoutStopSec=30).
     func shutdown(signal sig: Int32) {
-        guard !stopping else { return }
-        stopping = true
+        guard !rounds.stopping else { return }
+        rounds.stopping = true
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
         let entries = running.values.sorted { $0.id < $1.id }
         for e in entries {

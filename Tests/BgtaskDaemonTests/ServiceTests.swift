@@ -205,11 +205,11 @@ struct ServiceTests {
         o.requiresExternalPower = true
         for i in 0..<40 { _ = try d.submit(String(format: "job-%02d", i), o).get() }
         #expect(d.daemon.queue.restingCount == 40 && d.daemon.queue.awake.isEmpty)
-        let made = d.daemon.sequence
+        let made = d.daemon.rounds.supervisorsMade
         d.conditions(Self.charger)
         #expect(d.launcher.started.keys.sorted() == ["job-00", "job-01"], "the first two in line start: \(d.launcher.started.keys.sorted())")
         #expect(d.daemon.queue.awake.isEmpty && d.daemon.queue.restingCount == 38, "the others rest on a slot, no supervisor kept")
-        #expect(d.daemon.sequence - made == 3, "a supervisor for each start and one for the rest of the group, not one each: \(d.daemon.sequence - made)")
+        #expect(d.daemon.rounds.supervisorsMade - made == 3, "a supervisor for each start and one for the rest of the group, not one each: \(d.daemon.rounds.supervisorsMade - made)")
         let waiting = try #require(try d.pending(PageRange(id: "job-02")).first)
         #expect(waiting.unmet.contains { $0["what"]?.string == "slot" && $0["reason"]?.string?.contains("max_running") == true }, "\(waiting.unmet)")
         #expect(waiting.reason.contains("max_running"), "\(waiting.reason)")
@@ -378,14 +378,14 @@ struct ServiceTests {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         // Rows a previous daemon left, two and a half pages of them.
         try d.storeLeftRows(250)
-        d.daemon.restoring = nil
+        d.daemon.rounds.restoring = nil
         d.daemon.restoreSlice(schedulingNext: false)
         let afterOne = d.daemon.queue.waitingCount
         #expect(afterOne >= Daemon.restorePage && afterOne % Daemon.restorePage == 0 || afterOne == 250, "whole pages: \(afterOne)")
-        #expect(d.daemon.restoring?.done == (afterOne == 250))
+        #expect(d.daemon.rounds.restoring?.done == (afterOne == 250))
         let listed = try d.pending(PageRange(limit: 1_000))
         #expect(listed.count == 250 && Set(listed.map(\.id)).count == 250, "every row once, across the pages' cursors")
-        #expect(d.daemon.restoring?.done == true && d.daemon.queue.waitingCount == 250)
+        #expect(d.daemon.rounds.restoring?.done == true && d.daemon.queue.waitingCount == 250)
     }
 
     @Test("a restart, a resume or a reload that leaves a task's wait as it was tells it no second time in the audit trail; a reload that changes its words tells it once")
@@ -397,14 +397,14 @@ struct ServiceTests {
             return Dictionary(try d.daemon.audit.entries().filter { $0.event == "deferred" }.map { ($0.taskID, 1) }, uniquingKeysWith: +)
         }
         // A daemon before this one took the rows up: each story begins with its wait.
-        d.daemon.restoring = nil
+        d.daemon.rounds.restoring = nil
         d.daemon.restoreAll()
         #expect(try deferrals() == Dictionary(uniqueKeysWithValues: (0..<150).map { ("left-\($0)", 1) }))
 
         // The next daemon takes the same rows up anew, with new supervisors: nothing new to tell.
         for i in 0..<150 { _ = d.daemon.queue.removeWaiting("left-\(i)") }
         #expect(d.daemon.queue.waitingCount == 0)
-        d.daemon.restoring = nil
+        d.daemon.rounds.restoring = nil
         d.daemon.restoreAll()
         #expect(d.daemon.queue.waitingCount == 150)
         #expect(try deferrals().values.allSatisfy { $0 == 1 }, "a restart told each wait again")
