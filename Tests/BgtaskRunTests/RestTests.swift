@@ -4,6 +4,9 @@ import BgtaskProbes
 import BgtaskRun
 import Testing
 
+/// A policy of one file's text.
+func policy(_ text: String, path: String = "test.toml") throws -> Policy { Policy.merge([try PolicyFile.parse(text, path: path).get()]) }
+
 /// bgtaskd lets the supervisor of a task that waits for a condition go, and makes a new one when the queue's fast
 /// verdict changes (`Supervisor.rest`, `resume`): the new one must decide exactly as the old one would have.
 @Suite("a waiting task's supervisor let go and taken up again (bgtaskd's resting tasks)")
