@@ -63,7 +63,8 @@ final class BusService {
     static func isLarge(_ reply: BusValue?) -> Bool {
         switch reply {
         case .dicts(let list)?: return list.count >= largeReply
-        case .string(let s)?: return s.utf8.count >= largeReply * 256   // a page of JSON lines
+        case .bytes(let b)?: return b.count >= largeReply * 256   // a page of JSON lines
+        case .string(let s)?: return s.utf8.count >= largeReply * 256
         default: return false
         }
     }

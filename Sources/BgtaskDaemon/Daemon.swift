@@ -162,7 +162,17 @@ public final class Daemon {
             let serving = try service.serve(on: bus) { [unowned self] large in
                 // A long listing's memory (its GVariants, freed once a bus thread has written the reply) goes
                 // back when the daemon has been quiet again for a while, not kept for good.
-                if large { self.rounds.quiet.rearm(now: monotonic()) }
+                if large {
+                    self.rounds.quiet.rearm(now: monotonic())
+                    // The heap keeps what it frees until the daemon is quiet (`Memory.keepFreedHeapUntilQuiet`), and
+                    // it is not quiet while a task runs — for hours, a backup's. So a listing's heap goes back 2 s
+                    // after its last page (the rest of start-up's memory, code pages included, waits for quiet).
+                    let at = monotonic()
+                    self.rounds.lastLargeReply = at
+                    self.loop.after(Daemon.listingTrimDelay) { [unowned self] in
+                        if self.rounds.lastLargeReply == at { Memory.releaseFreedHeap() }
+                    }
+                }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the
                 // audit trail's write does not take a core from the bus threads carrying the reply (2 cores here).
                 self.loop.after(0.002) { [unowned self] in self.afterRound(conditionsChanged: false) }
@@ -330,6 +340,9 @@ public final class Daemon {
     }
 
 
+
+    /// How long after a large reply the heap is trimmed if no other came (see `prepare`).
+    static let listingTrimDelay = 2.0
 
     /// Once nothing has run for a while, what start-up or the last run used is given back: SQLite's caches, the
     /// heap, code pages (see `Memory`).

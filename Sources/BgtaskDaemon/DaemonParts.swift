@@ -74,6 +74,8 @@ struct RoundState {
     var quiet = Memory.QuietSpell()
     /// Supervisors made so far (each command task's run token is unique with it).
     var supervisorsMade = 0
+    /// When the last reply that lists 1,000 tasks or more went out (its heap goes back 2 s after the last of them).
+    var lastLargeReply: Double?
 }
 
 /// What is wrong with the policy's layers: what it means for the policy in force, and each file's error.

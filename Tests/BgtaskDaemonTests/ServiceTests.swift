@@ -423,6 +423,20 @@ struct ServiceTests {
         #expect(try d.pending(PageRange(limit: 1)).first?.reason.contains("waits for the charger") == true)
     }
 
+    @Test("a listing of 1,000 tasks is a large reply, as JSON bytes or as dictionaries (its memory goes back after it); a page of ten is not")
+    func largeListingsAreLarge() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        try d.storeLeftRows(1_000)
+        d.daemon.rounds.restoring = nil
+        d.daemon.restoreAll()
+        for method in [SchedulerMethod.listPendingJSON, .listPendingPage] {
+            let all = try d.call(method, [.dict(PageRange(limit: 1_000).variant)]).get()
+            #expect(BusService.isLarge(all.first), "\(method) of 1,000")
+            let ten = try d.call(method, [.dict(PageRange(limit: 10).variant)]).get()
+            #expect(!BusService.isLarge(ten.first), "\(method) of 10")
+        }
+    }
+
     @Test("GetStatus answers with the queue's counts; GetConditions with the app-facing readings")
     func status() throws {
         var readings = Self.onBattery
