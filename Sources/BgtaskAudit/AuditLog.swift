@@ -373,7 +373,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public func latestPerTask(since: Double, limit: Int = Int.max) throws -> [AuditEntry] {
         try db.read { db in
             try AuditEntry.fetchAll(db, sql: """
-                SELECT d.* FROM task t CROSS JOIN decision d ON d.id = t.last_id WHERE t.last_time >= ? ORDER BY t.last_id DESC LIMIT ?
+                SELECT d.* FROM task t JOIN decision d ON d.id = t.last_id WHERE t.last_time >= ? ORDER BY t.last_id DESC LIMIT ?
                 """, arguments: [since, min(limit, Int(Int32.max))])
         }
     }

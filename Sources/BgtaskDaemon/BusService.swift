@@ -64,7 +64,6 @@ final class BusService {
         switch reply {
         case .dicts(let list)?: return list.count >= largeReply
         case .bytes(let b)?: return b.count >= largeReply * 256   // a page of JSON lines
-        case .string(let s)?: return s.utf8.count >= largeReply * 256
         default: return false
         }
     }

@@ -19,6 +19,12 @@ extension Daemon {
         var told: [UInt8: (at: Double?, text: String)] = [:]
     }
 
+    /// What a task may wait for that the machine's history can tell the time of, in the order of `likelyStart`'s mask.
+    static let waits: [(name: String, what: String, future: String)] = [
+        ("power.external", "the charger came", "the charger comes"), ("user.idle", "you stepped away", "you step away"),
+        ("network.online", "the network came", "the network comes"),
+    ]
+
     /// When a task waiting for the charger, the person's absence or the network will likely start, from the
     /// machine's own history; nil when it waits for none of them. Each reading's estimate is made once a call.
     func likelyStart(_ row: QueuedTask, wall: Double, cache: inout LikelyCache) -> (at: Double?, text: String)? {
@@ -27,10 +33,6 @@ extension Daemon {
             cache.readings = (r["power.external"] == .bool(true), r["user.idle"] == .bool(false), r["network.online"] == .bool(true))
         }
         let now = cache.readings!
-        let all: [(name: String, what: String, future: String)] = [
-            ("power.external", "the charger came", "the charger comes"), ("user.idle", "you stepped away", "you step away"),
-            ("network.online", "the network came", "the network comes"),
-        ]
         var mask: UInt8 = 0
         if row.requiresExternalPower && !now.power { mask |= 1 }
         if row.kind == .processing && !row.userInitiated && now.inUse { mask |= 2 }
@@ -39,7 +41,7 @@ extension Daemon {
         if let told = cache.told[mask] { return told }
         var latest: (StartEstimate.Estimate, String)?
         var answer: (at: Double?, text: String)?
-        for (i, w) in all.enumerated() where mask & (1 << i) != 0 {
+        for (i, w) in Daemon.waits.enumerated() where mask & (1 << i) != 0 {
             let outcome: StartEstimate.Outcome
             if let c = cache.estimates[w.name] { outcome = c } else {
                 let rows = (try? store.transitions(w.name, since: wall - 56 * 86_400)) ?? []
