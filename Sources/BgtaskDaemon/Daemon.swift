@@ -43,8 +43,12 @@ public final class Daemon {
     var rounds = RoundState()
     /// logind's sleep and shutdown, and the delay locks held while work runs.
     lazy var sleep = SleepWatch { [unowned self] in self.say($0) }
-    /// The apps: manifests, switches, connected clients, their tasks' views, the processes bgtaskd launched.
-    let roster = AppRoster()
+    /// The app broker: manifests, switches, who a caller is, the apps on the bus and their methods, launches.
+    lazy var apps: AppBroker = {
+        let b = AppBroker(bus: bus, loop: loop, stateDirectory: stateDir, appDirectories: options.places?.appDirectories) { [unowned self] in self.say($0) }
+        b.queue = self
+        return b
+    }()
     /// Running command tasks' output files, kept bounded while written.
     lazy var outputWatch = OutputWatch(loop: loop) { [unowned self] in self.say($0) }
     /// Continued tasks as the person sees them (notifications, KDE's job view).
@@ -140,7 +144,7 @@ public final class Daemon {
     /// All of `run` but the loop: recovery, the apps, the bus name, the watches; the first round.
     public func prepare() throws {
         scheduleMidnight()
-        loadApps()
+        apps.load()
         systemd = options.systemdUnits ? SystemdUnits.connect(session: bus) : nil
         systemd?.after = { [unowned self] seconds, f in self.loop.after(seconds, f) }
         systemd?.onManagerSilent = { [unowned self] n in
@@ -196,8 +200,8 @@ public final class Daemon {
                 // After the tasks it starts: a start waits for no write of the history.
                 self.recordHistory(values)
                 let c = self.appConditions
-                if c != self.roster.announced {
-                    self.roster.announced = c
+                if c != self.apps.roster.announced {
+                    self.apps.roster.announced = c
                     self.bus.emit(.conditionsChanged, [.dict(c.variant)])
                 }
             }
@@ -205,7 +209,7 @@ public final class Daemon {
         }
         watchSleep()
         if options.places == nil { watchConfiguration() }
-        watchAppConnections()
+        apps.watchConnections()
         afterRound(conditionsChanged: false)
     }
 
@@ -393,10 +397,10 @@ public final class Daemon {
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
         // An app that is connected reads ProcessInfo.thermalState: the zones are read for it too (2–30 s, by distance).
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || rounds.newlyResting || roster.clients.count != roster.clientsAtLastRound) { [unowned self] in
-            !self.roster.clients.isEmpty || self.restingDependOnThermal()
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || rounds.newlyResting || apps.roster.clients.count != apps.roster.clientsAtLastRound) { [unowned self] in
+            !self.apps.roster.clients.isEmpty || self.restingDependOnThermal()
         }
-        roster.clientsAtLastRound = roster.clients.count
+        apps.roster.clientsAtLastRound = apps.roster.clients.count
         rounds.newlyResting = false
         let releasing = rounds.quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), rounds.quiet.deadline, sleep.deadline].compactMap { $0 }.min()
@@ -413,9 +417,9 @@ public final class Daemon {
             switch sig {
             case SIGCHLD:
                 events.reap(running.values.map(\.supervisor))
-                reapApps()
+                apps.reap()
             case SIGHUP:
-                loadApps()
+                apps.load()
                 reload()
             default:
                 shutdown(signal: sig)

@@ -204,7 +204,7 @@ extension Daemon {
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
             }
             if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }
-            if let v = roster.views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+            if let v = apps.roster.views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
                 t.title = v.title
                 t.subtitle = v.subtitle
                 if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }

@@ -114,7 +114,7 @@ extension Daemon {
     /// Policy layers and manifests are read again when their files change (and on SIGHUP).
     func watchConfiguration() {
         let reread = { [unowned self] in
-            self.loadApps()
+            self.apps.load()
             self.reload()
             self.afterRound(conditionsChanged: false)
         }

@@ -150,7 +150,7 @@ extension Daemon {
         s.slot = { [unowned self] _ in self.queue.slot(for: id) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
-        if row.isAppTask { s.app = AppTask(broker: self, app: row.app, identifier: identifierOf(row.id, app: row.app)) }
+        if row.isAppTask { s.app = AppTask(broker: apps, app: row.app, identifier: AppBroker.identifier(of: row.id, app: row.app)) }
         else if let l = options.launcher { s.launcher = l }
         else if systemd != nil { s.launcher = self }
         return s

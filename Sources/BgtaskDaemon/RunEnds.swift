@@ -33,10 +33,9 @@ extension Daemon {
         if let token = s.runOptions.runToken { endLeftovers(of: e.id, token: token) }
         if e.row.isAppTask {
             if e.row.kind == .continued {
-                presenter.finish(key: e.id, success: status == 0, detail: roster.expiredReasons.removeValue(forKey: e.id) ?? "not completed")
+                presenter.finish(key: e.id, success: status == 0, detail: apps.roster.expiredReasons.removeValue(forKey: e.id) ?? "not completed")
             }
-            roster.views[e.id] = nil
-            endLaunchedAppIfIdle(e.row.app, except: e.id)
+            apps.taskEnded(e.id, app: e.row.app)
         }
         if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.id)) }
         let wasRunning = e.row.state == "running"

@@ -2,25 +2,51 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskBus
-import BgtaskProtocol
 import BgtaskConfig
 import BgtaskCore
+import BgtaskFiles
 import BgtaskJSON
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskProtocol
 import BgtaskQueue
 import BgtaskRun
-import BgtaskFiles
 
-extension Daemon: AppBroker {}
+/// The app broker: the apps' manifests and switches, who a caller is (its Flatpak sandbox or its claim), the apps
+/// on the bus, the app methods, and the launches that hand an app its started tasks. An `AppTask` asks it to
+/// deliver, expire and end.
+final class AppBroker: AppTaskBroker {
+    let bus: BusConnection
+    let loop: MainLoop
+    let stateDirectory: String
+    /// The app directories read (nil: the user's and the system's; then the user's switches are kept too).
+    let appDirectories: [String]?
+    let say: (String) -> Void
+    /// Its commands to the queue: the daemon, which sets itself here once it is made (and outlives the broker).
+    unowned var queue: (any AppQueue)!
+    /// What it knows of apps.
+    let roster = AppRoster()
 
-extension Daemon {
+    init(bus: BusConnection, loop: MainLoop, stateDirectory: String, appDirectories: [String]?, say: @escaping (String) -> Void) {
+        self.bus = bus
+        self.loop = loop
+        self.stateDirectory = stateDirectory
+        self.appDirectories = appDirectories
+        self.say = say
+    }
+
+    /// An app's task is kept in the queue as `APP/IDENTIFIER`: identifiers of two apps never collide.
+    static func key(_ app: String, _ identifier: String) -> String { app + "/" + identifier }
+    static func identifier(of key: String, app: String) -> String {
+        key.hasPrefix(app + "/") ? String(key.dropFirst(app.count + 1)) : key
+    }
+
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
-    func loadApps() {
-        let (found, errors) = AppManifests.load(directories: options.places?.appDirectories ?? AppManifests.directories())
+    func load() {
+        let (found, errors) = AppManifests.load(directories: appDirectories ?? AppManifests.directories())
         roster.manifests = found
         roster.errors = errors
-        roster.disabled = options.places == nil ? AppManifests.disabled() : []
+        roster.disabled = appDirectories == nil ? AppManifests.disabled() : []
         for e in errors { say("manifest skipped: \(e.description)") }
     }
 
@@ -32,7 +58,7 @@ extension Daemon {
     /// Who is calling for `claimed`: a Flatpak app is who its sandbox says, and a caller in a sandbox that names
     /// no app id acts for none; an unsandboxed caller must name an app with a manifest. A disabled app is
     /// `Unavailable`, as Background App Refresh switched off is on iOS.
-    func appIdentity(_ who: Caller, claimed: String) -> Result<AppManifest, BusError> {
+    func identity(_ who: Caller, claimed: String) -> Result<AppManifest, BusError> {
         switch who.sandbox {
         case .none:
             break
@@ -59,7 +85,8 @@ extension Daemon {
         return c
     }
 
-    func handleApp(_ method: SchedulerMethod, _ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
+    /// The `App*` methods and the app-facing ones (nil: `method` is not one of them).
+    func handle(_ method: SchedulerMethod, _ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
         func bad(_ m: String) -> Result<[BusValue], BusError> { .failure(SchedulerError.invalidArgs(m)) }
         func str(_ i: Int) -> String? { call.args.count > i ? call.args[i]?.string : nil }
         switch method {
@@ -69,9 +96,10 @@ extension Daemon {
             // A sandboxed app sees its own manifest only (how the library learns its id), nothing of other apps'.
             let visible = who.sandbox == .none ? Array(roster.manifests.values) : roster.manifests.values.filter { $0.id == who.sandbox.appID }
             var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
-                AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
-                        resources: m.resources.sorted(), enabled: !roster.disabled.contains(m.id), connected: roster.clients[m.id] != nil,
-                        endedBySystem: UInt32(queue.standing[m.id] ?? 0), refreshHeldBackS: queue.refreshHoldBack(app: m.id))
+                let standing = queue.standing(app: m.id)
+                return AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
+                               resources: m.resources.sorted(), enabled: !roster.disabled.contains(m.id), connected: roster.clients[m.id] != nil,
+                               endedBySystem: UInt32(standing.ended), refreshHeldBackS: standing.holdBack)
             }
             if who.sandbox == .none { list += roster.errors.map { AppInfo(error: $0.description) } }
             return .success([.dicts(list.map(\.variant))])
@@ -83,7 +111,7 @@ extension Daemon {
             }
             do { try AppManifests.setEnabled(app, on) } catch { return .failure(SchedulerError.unavailable("the switch cannot be written: \(error)")) }
             roster.disabled = AppManifests.disabled()
-            if !on { for id in queue.waitingIDs(app: app).sorted() { _ = cancel(id, by: "bgtask apps disable") } }
+            if !on { for id in queue.waitingIDs(app: app).sorted() { _ = queue.cancel(id, by: "bgtask apps disable") } }
             say("\(app): background work turned \(on ? "on" : "off")")
             return .success([])
         default:
@@ -92,7 +120,7 @@ extension Daemon {
         guard method.rawValue.hasPrefix("App") else { return nil }
         guard let app = str(0) else { return bad("\(call.method) takes the app id first") }
         let manifest: AppManifest
-        switch appIdentity(who, claimed: app) {
+        switch identity(who, claimed: app) {
         case .failure(let e): return .failure(e)
         case .success(let m): manifest = m
         }
@@ -108,7 +136,7 @@ extension Daemon {
             let c = client(app, call, who)
             if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
             c.ready = true
-            for e in running.values where e.row.app == app {
+            for e in queue.runningTasks(app: app) {
                 if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.id): \(deliver(t, kind: e.row.kind))") }
             }
             return .success([])
@@ -116,21 +144,21 @@ extension Daemon {
             guard call.args.count == 2, case .dict(let d)? = call.args[1] else { return bad("AppSubmit takes \(method.signature)") }
             let request: AppRequest
             do { request = try AppRequest(variant: d) } catch { return .failure(error.busError) }
-            return appSubmit(manifest, request, call).map { [] }
+            return submit(manifest, request, call).map { [] }
         case .appCancel:
             guard let identifier = str(1) else { return bad("AppCancel takes (s app_id, s identifier)") }
             // Its pending request and its running task, as the library's doc promises (Apple's cancel does both).
-            _ = cancel(appKey(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
+            _ = queue.cancel(AppBroker.key(app, identifier), by: "the app (cancel(taskRequestWithIdentifier:))")
             return .success([])
         case .appCancelAll:
-            for id in queue.waitingIDs(app: app).sorted() { _ = cancel(id, by: "the app (cancelAllTaskRequests)") }
+            for id in queue.waitingIDs(app: app).sorted() { _ = queue.cancel(id, by: "the app (cancelAllTaskRequests)") }
             return .success([])
         case .appPending:
-            let mine = listPending(listed(queue.waitingIDs(app: app))).map { t -> [String: BusValue] in
-                var a = AppPendingTask(identifier: identifierOf(t.id, app: app), kind: t.kind, earliest: t.earliest,
+            let mine = queue.pending(app: app).map { (t, row) -> [String: BusValue] in
+                var a = AppPendingTask(identifier: AppBroker.identifier(of: t.id, app: app), kind: t.kind, earliest: t.earliest,
                                        requiresNetwork: t.requiresNetwork, requiresExternalPower: t.requiresExternalPower,
                                        reason: t.reason, rule: t.rule, location: t.location)
-                if let row = queue.awake[t.id]?.row {
+                if let row {
                     a.title = row.title
                     a.subtitle = row.subtitle
                     a.strategy = row.strategy
@@ -143,7 +171,7 @@ extension Daemon {
             guard let identifier = str(1), call.args.count == 4, let handled = call.args[2]?.bool, let reason = str(3) else {
                 return bad("AppLaunchReceived takes (s app_id, s identifier, b handled, s reason)")
             }
-            guard let e = running[appKey(app, identifier)], let t = e.supervisor.app as? AppTask, t.delivered else {
+            guard let e = queue.runningTask(AppBroker.key(app, identifier)), let t = e.supervisor.app as? AppTask, t.delivered else {
                 return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not being launched"))
             }
             if handled { t.handling = true; return .success([]) }
@@ -155,11 +183,11 @@ extension Daemon {
             return .success([])
         case .appComplete:
             guard let identifier = str(1), call.args.count == 3, let ok = call.args[2]?.bool else { return bad("AppComplete takes (s app_id, s identifier, b success)") }
-            guard let e = running[appKey(app, identifier)] else {
+            guard let e = queue.runningTask(AppBroker.key(app, identifier)) else {
                 return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not running"))
             }
             // In time: before bgtaskd ended it (a completion after that has already been counted against the app).
-            if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { madeGood(app, by: e.id) }
+            if !e.supervisor.isDone, (e.supervisor.app as? AppTask)?.endedByUs != true { queue.madeGood(app, by: e.id) }
             e.supervisor.appCompleted(success: ok, detail: ok ? "completed by the app" : "completed by the app, unsuccessfully")
             roster.views[e.id] = nil
             return .success([])
@@ -167,36 +195,33 @@ extension Daemon {
             guard let identifier = str(1), call.args.count == 4, let done = call.args[2]?.number, let total = call.args[3]?.number else {
                 return bad("AppProgress takes (s app_id, s identifier, t completed, t total)")
             }
-            guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
+            guard let e = queue.runningTask(AppBroker.key(app, identifier)) else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
             var v = roster.views[e.id] ?? AppTaskView(title: e.row.title, subtitle: e.row.subtitle)
             v.completed = UInt64(max(0, min(done, 1e18)))
             v.total = UInt64(max(0, min(total, 1e18)))
             roster.views[e.id] = v
             bus.emit(.taskProgress, [.string(e.id), .uint64(v.completed), .uint64(v.total)])
-            presenter.progress(key: e.id, completed: v.completed, total: v.total)
+            queue.presenter.progress(key: e.id, completed: v.completed, total: v.total)
             return .success([])
         case .appUpdateTitle:
             guard let identifier = str(1), let title = str(2), let subtitle = str(3) else {
                 return bad("AppUpdateTitle takes (s app_id, s identifier, s title, s subtitle)")
             }
             guard title.utf8.count <= 1024, subtitle.utf8.count <= 1024 else { return bad("a title or subtitle is over 1024 bytes") }
-            guard let e = running[appKey(app, identifier)] else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
+            guard let e = queue.runningTask(AppBroker.key(app, identifier)) else { return .failure(SchedulerError.noSuchTask("\(identifier) is not running")) }
             var v = roster.views[e.id] ?? AppTaskView()
             v.title = title
             v.subtitle = subtitle
             roster.views[e.id] = v
-            presenter.retitle(key: e.id, title: title, subtitle: subtitle)
+            queue.presenter.retitle(key: e.id, title: title, subtitle: subtitle)
             return .success([])
         default:
             return .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
         }
     }
 
-    /// An app's task is kept in the queue as `APP/IDENTIFIER`: identifiers of two apps never collide.
-    func appKey(_ app: String, _ identifier: String) -> String { app + "/" + identifier }
-    func identifierOf(_ key: String, app: String) -> String { key.hasPrefix(app + "/") ? String(key.dropFirst(app.count + 1)) : key }
-
-    func appSubmit(_ m: AppManifest, _ r: AppRequest, _ call: BusCall) -> Result<Void, BusError> {
+    /// An app's request, checked against its manifest and Apple's rules, then queued.
+    func submit(_ m: AppManifest, _ r: AppRequest, _ call: BusCall) -> Result<Void, BusError> {
         func bad(_ s: String) -> Result<Void, BusError> { .failure(SchedulerError.invalidArgs(s)) }
         let identifier = r.identifier
         if let why = TaskID.problem(identifier) { return bad(why) }
@@ -212,32 +237,26 @@ extension Daemon {
         guard m.kinds.contains(kind) else {
             return .failure(SchedulerError.notPermitted("\(m.id)'s manifest does not declare \(kind) tasks (\(m.path))"))
         }
-        // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
-        var asked = TaskFields(id: appKey(m.id, identifier), kind: kind)
-        asked.userInitiated = kind == .continued
-        if let why = queue.refusal(for: Scheduler.Job(fields: asked, app: m.id)) {
-            return .failure(SchedulerError.tooManyPending(why))
-        }
-        if !allowSubmit(call.sender) {
-            return .failure(SchedulerError.tooManyPending("too many submissions; slow down"))
-        }
-        let key = appKey(m.id, identifier)
+        let key = AppBroker.key(m.id, identifier)
         var row = QueuedTask(id: key, app: m.id, kind: kind, argv: m.command, submitted: wallClockNow())
+        if kind == .continued { row.userInitiated = true }
+        // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
+        if let why = queue.refusal(row, sender: call.sender) { return .failure(SchedulerError.tooManyPending(why)) }
         row.runID = Daemon.newRunID(key)
         row.requiresExternalPower = r.requiresExternalPower ?? false
         row.requiresNetwork = r.requiresNetwork ?? false
-        if kind == .continued { row.userInitiated = true }
         if let t = r.earliest {
             guard t >= 0, t <= wallClockNow() + RequestBounds.farthestAhead else { return bad("earliest: seconds since the epoch, at most ten years ahead") }
             row.earliest = t
         }
         // An app with tasks the system had to end gets its refresh work launched less often (Apple: it counts
         // against the app), said in the request's story.
-        if kind == .refresh, let n = queue.standing[m.id], n > 0 {
-            let notBefore = wallClockNow() + queue.refreshHoldBack(app: m.id)
+        let standing = queue.standing(app: m.id)
+        if kind == .refresh, standing.ended > 0 {
+            let notBefore = wallClockNow() + standing.holdBack
             if (row.earliest ?? 0) < notBefore {
                 row.earliest = notBefore
-                say("\(appKey(m.id, identifier)): held back \(formatDuration(queue.refreshHoldBack(app: m.id))): \(n) task(s) of \(m.id) the system had to end, not made good")
+                say("\(key): held back \(formatDuration(standing.holdBack)): \(standing.ended) task(s) of \(m.id) the system had to end, not made good")
             }
         }
         for (k, value, path) in [("title", r.title, \QueuedTask.title), ("subtitle", r.subtitle, \.subtitle)] {
@@ -262,19 +281,10 @@ extension Daemon {
             row.resources = JSONValue.array(list.map { .string($0) }).rendered
         }
         // `.fail`: the app wants to know now whether the work can start now.
-        if kind == .continued, row.strategy == "fail", let c = conditions {
-            let d = Policy.Evaluator(policy: policy, conditions: c, time: localTime()).decideNow(row.fields)
-            let startsNow = (d.verdict == .run || d.verdict == .throttle) && queue.slotFree(for: row.fields) && row.earliest.map { $0 <= wallClockNow() } ?? true
-            if !startsNow {
-                let why = d.matches.first.map { "\($0.reason) — rule \($0.ruleID) (\($0.location))" } ?? "no room to run it now"
-                return .failure(SchedulerError.immediateRunIneligible("\(identifier) cannot start now: \(why)"))
-            }
+        if kind == .continued, row.strategy == "fail", let why = queue.cannotStartNow(row) {
+            return .failure(SchedulerError.immediateRunIneligible("\(identifier) cannot start now: \(why)"))
         }
-        do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
-        add(row)
-        say("\(key): submitted by the app")
-        bus.emit(.taskChanged, [.string(key), .string("pending")])
-        return .success(())
+        return queue.enqueue(row)
     }
 
     // MARK: Delivering, expiring, ending
@@ -285,10 +295,10 @@ extension Daemon {
         if let c = roster.clients[t.app], c.ready {
             t.delivered = true
             bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind.rawValue)], to: c.connection)
-            let key = appKey(t.app, t.identifier)
-            if kind == .continued, let e = running[key] ?? queue.awake[key] {
-                presenter.show(key: key, appID: t.app, appName: roster.manifests[t.app]?.name ?? t.app,
-                               title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
+            let key = AppBroker.key(t.app, t.identifier)
+            if kind == .continued, let e = queue.startingTask(key) {
+                queue.presenter.show(key: key, appID: t.app, appName: roster.manifests[t.app]?.name ?? t.app,
+                                     title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
             }
             return "delivered to \(t.app)" + (c.pid.map { " (pid \($0))" } ?? "")
         }
@@ -297,7 +307,7 @@ extension Daemon {
         guard let m = roster.manifests[t.app] else { return "\(t.app) has no manifest any more" }
         do {
             let p = try TaskProcess.spawn(m.command, background: true, cgroupName: "\(StatePaths.safeName(t.app))-\(getpid())",
-                                          output: StatePaths.outputFile(stateDirectory: stateDir, id: "app:" + t.app),
+                                          output: StatePaths.outputFile(stateDirectory: stateDirectory, id: "app:" + t.app),
                                           environment: ["BGTASK_APP_ID=\(t.app)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"])
             roster.launched[t.app] = p
             return "launched \(t.app) (pid \(p.pid)) to deliver it"
@@ -307,14 +317,14 @@ extension Daemon {
     }
 
     func tellExpire(_ t: AppTask, reason: String) {
-        let key = appKey(t.app, t.identifier)
+        let key = AppBroker.key(t.app, t.identifier)
         roster.expiredReasons[key] = reason
         guard t.delivered else {
             // Expired before the app took it (it was being launched): it is not handed over later; nothing of it ran.
             loop.after(0) { [weak self] in
-                guard let self, let e = self.running[key], !e.supervisor.isDone, (e.supervisor.app as? AppTask) === t else { return }
+                guard let self, let e = self.queue.runningTask(key), !e.supervisor.isDone, (e.supervisor.app as? AppTask) === t else { return }
                 e.supervisor.appCompleted(success: false, detail: "expired before \(t.app) took it: \(reason)")
-                self.afterRound(conditionsChanged: false)
+                self.queue.actOnChanges()
             }
             return
         }
@@ -325,35 +335,21 @@ extension Daemon {
     /// The app kept a task after its expiration and grace. An app bgtaskd launched is ended (SIGTERM, then
     /// SIGKILL 5 s later); an app the user started is left running. Either way it is recorded against the app.
     func endApp(_ t: AppTask) -> String {
-        let against = countAgainst(t.app)
+        let against = queue.countAgainst(t.app)
         if let p = roster.launched[t.app], isAlive(p.pid) {
             p.thawForSignal()
             let pid = p.pid
-            end(grace: 5) { isAlive(pid) ? [-pid] : [] }
+            queue.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
             return "\(t.app) did not complete \(t.identifier) after its expiration: SIGTERM to the app (pid \(pid)), SIGKILL in 5 s; \(against)"
         }
         return "\(t.app) did not complete \(t.identifier) after its expiration; \(against) (it was not launched by bgtaskd, so it is left running)"
     }
 
-    /// One more task the system had to end: the app's refresh work is launched less often until it makes it good.
-    func countAgainst(_ app: String) -> String {
-        let n = queue.endedBySystem(app: app)
-        do { try store.setStanding(app: app, ended: n) } catch { say("\(app): cannot record its standing: \(error)") }
-        return "counted against \(app) (\(n) not made good): its refresh work now waits \(formatDuration(Schedule.refreshHoldBack(ended: n))) longer"
-    }
-
-    /// A task completed in time makes one ended task good.
-    func madeGood(_ app: String, by key: String) {
-        guard let n = queue.madeGood(app: app) else { return }
-        do { try store.setStanding(app: app, ended: n) } catch { say("\(app): cannot record its standing: \(error)") }
-        say("\(key): completed in time; \(app) has \(n) ended task(s) not made good")
-    }
-
     /// The app left the bus or its launched process ended: what it had not completed has failed, and
     /// queued continued work is cancelled (the person who asked for it closed the app).
-    func appGone(_ app: String, why: String) {
+    func gone(_ app: String, why: String) {
         roster.clients[app] = nil
-        for e in running.values where e.row.app == app && !e.supervisor.isDone {
+        for e in queue.runningTasks(app: app) where !e.supervisor.isDone {
             if let t = e.supervisor.app as? AppTask, !t.handling, t.relaunches < 3 {
                 // Never handed over, or handed to a process that left before its handler ran (a command-line app
                 // exiting right after it scheduled the work): the app is launched for it, as iOS would.
@@ -364,47 +360,48 @@ extension Daemon {
             }
             e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
         }
-        for id in queue.waitingIDs(app: app) where queue.job(id)?.fields.kind == .continued {
-            _ = cancel(id, by: "bgtaskd: \(app) \(why)")
+        for id in queue.waitingIDs(app: app) where queue.waitingKind(id) == .continued {
+            _ = queue.cancel(id, by: "bgtaskd: \(app) \(why)")
         }
-        afterRound(conditionsChanged: false)
+        queue.actOnChanges()
     }
 
-    /// iOS suspends an app once its background work is done; bgtaskd ends an app it launched itself when none
-    /// of its tasks has run for a few seconds (SIGTERM). An app the person started is never touched.
-    func endLaunchedAppIfIdle(_ app: String, except: String) {
+    /// A task of the app ended: its view goes, and an app bgtaskd launched is ended once idle. iOS suspends an app
+    /// once its background work is done; bgtaskd ends one it launched itself when none of its tasks has run for a
+    /// few seconds (SIGTERM). An app the person started is never touched.
+    func taskEnded(_ key: String, app: String) {
+        roster.views[key] = nil
         guard roster.launched[app] != nil else { return }
-        loop.after(Daemon.launchedAppLinger) { [weak self] in
+        loop.after(AppBroker.launchedAppLinger) { [weak self] in
             guard let self, let p = self.roster.launched[app], isAlive(p.pid),
-                  !self.running.values.contains(where: { $0.row.app == app && !$0.supervisor.isDone }) else { return }
+                  !self.queue.runningTasks(app: app).contains(where: { !$0.supervisor.isDone }) else { return }
             self.say("\(app): its background work is done; ending it (pid \(p.pid))")
             p.thawForSignal()
             let pid = p.pid
-            self.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
+            self.queue.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
         }
     }
     static let launchedAppLinger = 3.0
 
     /// Reaps app processes bgtaskd launched.
-    func reapApps() {
+    func reap() {
         for (app, p) in roster.launched {
             var status: Int32 = 0
             if waitpid(p.pid, &status, WNOHANG) == p.pid {
                 roster.launched[app] = nil
                 p.cleanUp()
-                appGone(app, why: "exited (status \(status >> 8 & 0xff))")
+                gone(app, why: "exited (status \(status >> 8 & 0xff))")
             }
         }
     }
 
     /// Apps that leave the session bus.
-    func watchAppConnections() {
+    func watchConnections() {
         bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
                       path: "/org/freedesktop/DBus") { [unowned self] _, args in
             guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
-            self.service.callers[name] = nil
-            self.queue.forgetSender(name)
-            for c in self.roster.clients.values where c.connection == name { self.appGone(c.id, why: "left the bus") }
+            self.queue.callerLeft(name)
+            for c in self.roster.clients.values where c.connection == name { self.gone(c.id, why: "left the bus") }
         }
     }
 }
