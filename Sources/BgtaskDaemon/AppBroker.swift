@@ -41,6 +41,9 @@ final class AppBroker: AppTaskBroker {
         key.hasPrefix(app + "/") ? String(key.dropFirst(app.count + 1)) : key
     }
 
+    /// How many apps are on the bus (one connected reads `ProcessInfo.thermalState`: the zones are read for it).
+    var connected: Int { roster.clients.count }
+
     /// Manifests and the user's switches, read at start, on SIGHUP and on `SetAppEnabled`.
     func load() {
         let (found, errors) = AppManifests.load(directories: appDirectories ?? AppManifests.directories())
@@ -368,10 +371,12 @@ final class AppBroker: AppTaskBroker {
 
     /// A task of the app ended: its view goes, and an app bgtaskd launched is ended once idle. iOS suspends an app
     /// once its background work is done; bgtaskd ends one it launched itself when none of its tasks has run for a
-    /// few seconds (SIGTERM). An app the person started is never touched.
-    func taskEnded(_ key: String, app: String) {
+    /// few seconds (SIGTERM). An app the person started is never touched. Returns why it was expired, if it was.
+    @discardableResult
+    func taskEnded(_ key: String, app: String) -> String? {
         roster.views[key] = nil
-        guard roster.launched[app] != nil else { return }
+        let expired = roster.expiredReasons.removeValue(forKey: key)
+        guard roster.launched[app] != nil else { return expired }
         loop.after(AppBroker.launchedAppLinger) { [weak self] in
             guard let self, let p = self.roster.launched[app], isAlive(p.pid),
                   !self.queue.runningTasks(app: app).contains(where: { !$0.supervisor.isDone }) else { return }
@@ -380,6 +385,7 @@ final class AppBroker: AppTaskBroker {
             let pid = p.pid
             self.queue.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
         }
+        return expired
     }
     static let launchedAppLinger = 3.0
 

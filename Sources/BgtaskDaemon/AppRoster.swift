@@ -76,10 +76,6 @@ final class AppRoster {
     var launched: [String: TaskProcess] = [:]
     /// Why each app task was last expired (shown when it ends).
     var expiredReasons: [String: String] = [:]
-    /// How many apps were connected at the last round (a change re-decides how often zones are read).
-    var clientsAtLastRound = 0
-    /// The last ConditionsChanged sent.
-    var announced = Conditions()
 }
 
 /// A continued task's progress and what the user sees of it.

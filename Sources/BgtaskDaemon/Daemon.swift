@@ -200,8 +200,8 @@ public final class Daemon {
                 // After the tasks it starts: a start waits for no write of the history.
                 self.recordHistory(values)
                 let c = self.appConditions
-                if c != self.apps.roster.announced {
-                    self.apps.roster.announced = c
+                if c != self.current.announced {
+                    self.current.announced = c
                     self.bus.emit(.conditionsChanged, [.dict(c.variant)])
                 }
             }
@@ -397,10 +397,10 @@ public final class Daemon {
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.
         // An app that is connected reads ProcessInfo.thermalState: the zones are read for it too (2–30 s, by distance).
-        events.afterEvents(sups, conditionsChanged: conditionsChanged || rounds.newlyResting || apps.roster.clients.count != apps.roster.clientsAtLastRound) { [unowned self] in
-            !self.apps.roster.clients.isEmpty || self.restingDependOnThermal()
+        events.afterEvents(sups, conditionsChanged: conditionsChanged || rounds.newlyResting || apps.connected != rounds.appsConnected) { [unowned self] in
+            self.apps.connected > 0 || self.restingDependOnThermal()
         }
-        apps.roster.clientsAtLastRound = apps.roster.clients.count
+        rounds.appsConnected = apps.connected
         rounds.newlyResting = false
         let releasing = rounds.quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), rounds.quiet.deadline, sleep.deadline].compactMap { $0 }.min()

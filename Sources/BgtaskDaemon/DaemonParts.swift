@@ -6,6 +6,7 @@ import BgtaskBus
 import BgtaskConfig
 import BgtaskCore
 import BgtaskPolicy
+import BgtaskProtocol
 import BgtaskQueue
 import BgtaskRun
 
@@ -76,6 +77,8 @@ struct RoundState {
     var supervisorsMade = 0
     /// When the last reply that lists 1,000 tasks or more went out (its heap goes back 2 s after the last of them).
     var lastLargeReply: Double?
+    /// How many apps were connected at the last round (a change re-decides how often zones are read).
+    var appsConnected = 0
 }
 
 /// What is wrong with the policy's layers: what it means for the policy in force, and each file's error.
@@ -98,4 +101,6 @@ final class CurrentReadings {
     var merged: [String: PolicyValue]?
     /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
     var history = ReadingHistory()
+    /// What apps were last told of them (`ConditionsChanged`).
+    var announced = Conditions()
 }

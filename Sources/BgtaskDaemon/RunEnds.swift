@@ -32,10 +32,8 @@ extension Daemon {
         // Units included: a manager that crashed leaves its units' processes running.
         if let token = s.runOptions.runToken { endLeftovers(of: e.id, token: token) }
         if e.row.isAppTask {
-            if e.row.kind == .continued {
-                presenter.finish(key: e.id, success: status == 0, detail: apps.roster.expiredReasons.removeValue(forKey: e.id) ?? "not completed")
-            }
-            apps.taskEnded(e.id, app: e.row.app)
+            let expired = apps.taskEnded(e.id, app: e.row.app)
+            if e.row.kind == .continued { presenter.finish(key: e.id, success: status == 0, detail: expired ?? "not completed") }
         }
         if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.id)) }
         let wasRunning = e.row.state == "running"
