@@ -443,23 +443,6 @@ public struct Scheduler<Item, Rest: RestState> {
         return wakeOne(b.id)
     }
 
-    /// The first `k` resting tasks in submission order, then by id (the first a wake would start), by id: one
-    /// walk of the resting tasks, keeping `k`.
-    public func firstResting(_ k: Int) -> [String] {
-        guard k > 0 else { return [] }
-        var first: [(submitted: Double, id: String)] = []
-        first.reserveCapacity(k + 1)
-        for g in groups {
-            for (id, t) in g.ids {
-                if first.count == k, !((t, id) < (first[k - 1].submitted, first[k - 1].id)) { continue }
-                let i = first.firstIndex { (t, id) < ($0.submitted, $0.id) } ?? first.count
-                first.insert((t, id), at: i)
-                if first.count > k { first.removeLast() }
-            }
-        }
-        return first.map(\.id)
-    }
-
     /// Every resting task woken (a reload: each is supervised anew under the new policy).
     public mutating func wakeAll() -> [Woken] {
         let woken = groups.flatMap { g in g.ids.map { g.woken($0.key, submitted: $0.value) } }

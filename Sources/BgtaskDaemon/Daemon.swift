@@ -402,7 +402,6 @@ public final class Daemon {
         }
         rounds.appsConnected = apps.connected
         rounds.newlyResting = false
-        readAheadSoon()
         let releasing = rounds.quiet.observe(quiet: running.isEmpty, now: now)
         let next = [events.nextDeadline(sups), rounds.quiet.deadline, sleep.deadline].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }

@@ -79,10 +79,6 @@ struct RoundState {
     var lastLargeReply: Double?
     /// How many apps were connected at the last round (a change re-decides how often zones are read).
     var appsConnected = 0
-    /// The first tasks in line are to be read ahead (`readAheadSoon`); how many writes to the queue's rows there had
-    /// been at the last read ahead, and when it was.
-    var readAheadDue = false
-    var readAheadAfter: (writes: Int, at: Double)?
 }
 
 /// What is wrong with the policy's layers: what it means for the policy in force, and each file's error.

@@ -156,33 +156,6 @@ extension Daemon {
         return s
     }
 
-    /// The rows of the first resting tasks in line are read ahead (`QueueStore.readAhead`) after a round that left
-    /// fewer of them read than may start at once: the wake that starts them then reads none. After a write to the
-    /// rows only (a Submit, a start, an end), and one walk of the resting tasks a second at most: nothing while the
-    /// queue waits, nor again after a read ahead that found nothing or failed.
-    func readAheadSoon() {
-        guard !rounds.readAheadDue, rounds.restoring?.done == true, store.rowWrites != rounds.readAheadAfter?.writes,
-              store.readAheadCount < min(readAheadWanted, queue.restingCount) else { return }
-        rounds.readAheadDue = true
-        let due = (rounds.readAheadAfter?.at ?? -.infinity) + Daemon.readAheadInterval - monotonic()
-        loop.after(max(0, due)) { [unowned self] in
-            self.rounds.readAheadDue = false
-            if self.store.rowWrites != self.rounds.readAheadAfter?.writes { self.readAhead() }
-        }
-    }
-
-    /// As many as may start at once, at most 8.
-    var readAheadWanted: Int { min(8, max(1, limits.maxRunning)) }
-
-    /// Reads the rows of the first resting tasks in line ahead.
-    func readAhead() {
-        rounds.readAheadAfter = (store.rowWrites, monotonic())
-        let ids = queue.firstResting(readAheadWanted)
-        // A read that fails now is made again when they wake, and fails or not then.
-        if !ids.isEmpty { try? store.readAhead(ids) }
-    }
-    static let readAheadInterval = 1.0
-
     static func newRunID(_ id: String) -> String {
         RunID.make(task: id, pid: getpid(), now: wallClockNow(), random: RunID.randomBits())
     }

@@ -6,7 +6,6 @@ import BgtaskJSON
 import BgtaskPolicy
 import BgtaskStorage
 import GRDB
-import Synchronization
 
 /// One request in the daemon's queue: what to run, under which requirements, and where it is in its life.
 /// Times are seconds since the epoch (they must survive a reboot).
@@ -163,14 +162,10 @@ public struct QueueError: Error, CustomStringConvertible {
 
 /// The daemon's queue in SQLite (`queue.sqlite` in the state directory; WAL, full sync): what survives a
 /// restart, a crash and a reboot. Only bgtaskd writes it; one daemon per user holds its lock.
-/// Unchecked: its state is GRDB's DatabaseQueue, which serialises every access, and the rows read ahead, behind a
-/// Mutex.
+/// Unchecked: its only state is GRDB's DatabaseQueue, which serialises every access.
 public final class QueueStore: @unchecked Sendable {
     public let path: String
     let db: DatabaseQueue
-    /// Pending rows read ahead of need (`readAhead`), and the count of writes to the queue's rows; a write drops the
-    /// rows of its task: a row kept here is the file's.
-    private let ahead = Mutex<(rows: [String: QueuedTask], writes: Int)>(([:], 0))
     public static let file = "queue.sqlite"
     static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing", "transition"],
                                     migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing", "v6-calendar-window", "v7-transitions"],
@@ -309,17 +304,13 @@ public final class QueueStore: @unchecked Sendable {
 
     /// The requests in `state` of the given ids (those that are there), read 500 at a time.
     public func rows(ids: [String], state: String) throws -> [QueuedTask] {
-        // A few (the first in line for a slot): those read ahead as they are, the others by one prepared statement
-        // each, in one read, not an IN list made anew. Outside a transaction (GRDB's read adds four statements around
-        // one): each SELECT is its own snapshot, and the daemon, the only writer, is the caller.
+        // A few (the first in line for a slot): one prepared statement each, in one read, not an IN list made anew.
+        // Outside a transaction (GRDB's read adds four statements around one): each SELECT is its own snapshot, and
+        // the daemon, the only writer, is the caller.
         if ids.count <= 16 {
-            let kept = state == "pending" ? ahead.withLock { a in ids.map { a.rows[$0] } } : []
-            if !kept.isEmpty, !kept.contains(where: { $0 == nil }) { return kept.compactMap { $0 } }
             return try db.inDatabase { db in
                 let statement = try db.cachedStatement(sql: QueueStore.getSQL)
-                return try ids.indices.compactMap { i in
-                    try (kept.isEmpty ? nil : kept[i]) ?? QueuedTask.fetchOne(statement, arguments: [ids[i], state])
-                }
+                return try ids.compactMap { try QueuedTask.fetchOne(statement, arguments: [$0, state]) }
             }
         }
         var out: [QueuedTask] = []
@@ -340,47 +331,14 @@ public final class QueueStore: @unchecked Sendable {
     }
 
     public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
-        if state == "pending", let r = ahead.withLock({ $0.rows[id] }) { return r }
-        return try db.read { try QueuedTask.fetchOne($0.cachedStatement(sql: QueueStore.getSQL), arguments: [id, state]) }
+        try db.read { try QueuedTask.fetchOne($0.cachedStatement(sql: QueueStore.getSQL), arguments: [id, state]) }
     }
     /// One row by its key, prepared once: the rows of the first tasks in line for a slot are read one by one, on
     /// the way from a charger plug to their start.
     static let getSQL = "SELECT " + QueuedTask.columns.joined(separator: ", ") + " FROM request WHERE id = ? AND state = ?"
 
-    /// Reads the pending rows of `ids` now, while nothing waits on them: `rows(ids:state:)` and `get` give each back
-    /// until the next write to that task's rows. The daemon reads the first tasks in line ahead so that the charger
-    /// plug that wakes them starts the first with no read: read then, a row's fetch ran its code cold after the
-    /// daemon slept (270–330 µs, against 37 µs for the next row).
-    public func readAhead(_ ids: [String]) throws {
-        let before = ahead.withLock { $0.writes }
-        let rows = try db.inDatabase { db in
-            let statement = try db.cachedStatement(sql: QueueStore.getSQL)
-            return try ids.compactMap { try QueuedTask.fetchOne(statement, arguments: [$0, "pending"]) }
-        }
-        // Kept only if no write came between: a row read before a write that changed it would be kept stale.
-        ahead.withLock { a in
-            if a.writes == before { a.rows = Dictionary(rows.map { ($0.id, $0) }) { _, last in last } }
-        }
-    }
-
-    /// How many rows are read ahead and not written since.
-    public var readAheadCount: Int { ahead.withLock { $0.rows.count } }
-    public var hasReadAhead: Bool { readAheadCount > 0 }
-    /// How many times the queue's rows have been written (a read ahead is worth making again only after one).
-    public var rowWrites: Int { ahead.withLock { $0.writes } }
-
-    /// After each write to a task's rows (once it is in the file): what was read ahead of it may be older than the
-    /// file. Every write names the one task whose rows it changes.
-    private func rowsWritten(_ id: String) {
-        ahead.withLock { a in
-            a.writes &+= 1
-            a.rows[id] = nil
-        }
-    }
-
     /// Inserts or replaces (one request per identifier and state).
     public func put(_ t: QueuedTask) throws {
-        defer { rowsWritten(t.id) }
         // One statement (the row of this id and state, if any, is replaced): half the cost of save's UPDATE-then-INSERT.
         // Prepared once and kept: GRDB's record insert builds a container and its SQL on every Submit.
         try db.write { db in
@@ -393,7 +351,6 @@ public final class QueueStore: @unchecked Sendable {
 
     /// The pending request becomes the running one, in one transaction.
     public func markRunning(_ t: QueuedTask) throws {
-        defer { rowsWritten(t.id) }
         var r = t
         r.state = "running"
         // Prepared statements, kept: this write is on the way from a charger plug to the task's start.
@@ -406,8 +363,7 @@ public final class QueueStore: @unchecked Sendable {
 
     @discardableResult
     public func remove(_ id: String, state: String) throws -> Bool {
-        defer { rowsWritten(id) }
-        return try db.write { try QueuedTask.deleteOne($0, key: ["id": id, "state": state]) }
+        try db.write { try QueuedTask.deleteOne($0, key: ["id": id, "state": state]) }
     }
 
     /// Each app's background runtime on battery on `day` (days since the epoch, local time).

@@ -226,23 +226,6 @@ public final class TaskProcess {
         return out + extra
     }
 
-    /// `environment(adding:)` as `bgt_spawn` takes it, made with no copy of this process's own entries (a copy of
-    /// each, as strings, was a tenth of a millisecond on the way from a charger plug to a start): they point into
-    /// `environ` (glibc never frees an entry's string, and nothing here sets a variable), and `extra`'s are copies,
-    /// `copies`, for the caller to free.
-    static func environmentForSpawn(adding extra: [String]) -> (entries: [UnsafeMutablePointer<CChar>?], copies: [UnsafeMutablePointer<CChar>?]) {
-        let copies = extra.map { strdup($0) }
-        // Each name `extra` sets, with its "=": an entry that starts with one is left out.
-        let names: [[CChar]] = extra.map { e in (e.split(separator: "=", maxSplits: 1).first.map(String.init) ?? e).utf8CString.dropLast() + [CChar(UInt8(ascii: "="))] }
-        var entries: [UnsafeMutablePointer<CChar>?] = []
-        var e = environ
-        while let p = e.pointee {
-            if !names.contains(where: { strncmp(p, $0, $0.count) == 0 }) { entries.append(p) }
-            e += 1
-        }
-        return (entries + copies + [nil], copies)
-    }
-
     /// Chooses the cap mechanism ahead of a spawn (see `TaskCgroup.Plan.prepared`): call it before waiting.
     public static func prepare(prefer: CapMechanism?) {
         _ = TaskCgroup.Plan.prepared(prefer: prefer)
@@ -253,8 +236,8 @@ public final class TaskProcess {
     public static func spawn(_ argv: [String], background: Bool, cgroupName: String, prefer: CapMechanism? = nil,
                              output: String? = nil, directory: String? = nil, environment: [String] = []) throws -> TaskProcess {
         let cargv = argv.map { strdup($0) } + [nil]
-        let env = TaskProcess.environmentForSpawn(adding: environment)
-        defer { (cargv + env.copies).forEach { free($0) } }
+        let env = TaskProcess.environment(adding: environment).map { strdup($0) } + [nil]
+        defer { (cargv + env).forEach { free($0) } }
         var outFD: Int32 = -1
         if let path = output { outFD = try OutputFile.open(path) }
         defer { if outFD >= 0 { close(outFD) } }
@@ -268,8 +251,8 @@ public final class TaskProcess {
             }
         }
         let plan = TaskCgroup.Plan.prepared(prefer: prefer)
-        let pid = directory.map { d in d.withCString { bgt_spawn(cargv, env.entries, background ? 1 : 0, outFD, $0) } }
-            ?? bgt_spawn(cargv, env.entries, background ? 1 : 0, outFD, nil)
+        let pid = directory.map { d in d.withCString { bgt_spawn(cargv, env, background ? 1 : 0, outFD, $0) } }
+            ?? bgt_spawn(cargv, env, background ? 1 : 0, outFD, nil)
         guard pid > 0 else { throw SpawnError(command: argv[0], errno: -pid) }
         if background {
             _ = bgt_nice_group(pid, 10)

@@ -274,32 +274,6 @@ struct SchedulerTests {
         #expect(beside && q.restingCount == 2 && q.waitingCount == 2)
     }
 
-    @Test("the first resting tasks in line, across groups: by submission time, then by id, however many rest")
-    func firstInLine() {
-        var q = queue(Schedule.Limits(maxPendingPerApp: 10_000))
-        // Two groups, submitted interleaved and out of order, with equal times told apart by id.
-        let times = (0..<500).map { Double(($0 * 7919) % 500) }
-        for (i, t) in times.enumerated() {
-            var j = Self.job("t\(i)", heavy: i % 2 == 0, power: true)
-            j.submitted = t
-            q.add(j, "t\(i)")
-            q.rest("t\(i)", verdict: .defer, rest: "power")
-        }
-        var j = Self.job("tie", power: true)
-        j.submitted = 0
-        q.add(j, "tie")
-        q.rest("tie", verdict: .defer, rest: "power")
-        #expect(Set(q.groups.map(\.number)).count == 2)
-        let expected = (Array(times.enumerated().map { ($0.element, "t\($0.offset)") }) + [(0, "tie")]).sorted { $0 < $1 }.map(\.1)
-        #expect(q.firstResting(5) == Array(expected.prefix(5)))
-        #expect(q.firstResting(1) == [expected[0]])
-        #expect(q.firstResting(1_000) == expected, "fewer resting than asked: all of them, in order")
-        #expect(q.firstResting(0).isEmpty)
-        // Awake tasks are not resting ones.
-        _ = q.wakeOne(expected[0])
-        #expect(q.firstResting(2) == Array(expected[1...2]))
-    }
-
     @Test("a resting class is asked the thermal question once, and only while some task of it rests")
     func restingClasses() {
         var q = queue()

@@ -1,7 +1,6 @@
 import BgtaskConfig
 import BgtaskQueue
 import Foundation
-import GRDB
 import Testing
 
 @Suite("the queue's SQLite file")
@@ -15,46 +14,6 @@ struct QueueStoreTests {
         r.pgid = 4242; r.childStart = 123_456; r.cgroup = .unit("bgtask-\(id).service"); r.started = 1_764_000_100
         r.token = "tok"; r.title = "Title"; r.subtitle = "Sub"; r.strategy = "fail"; r.resources = #"["gpu"]"#
         return r
-    }
-
-    @Test("a row read ahead is given back until a write to that task's rows, then read from the file again: never older than it")
-    func readAheadIsNeverStale() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-queue-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
-        let path = dir.appendingPathComponent("queue.sqlite").path
-        let store = try QueueStore(path: path)
-        var rows = (0..<4).map { i -> QueuedTask in var r = Self.fullRow("a\(i)", submitted: 1_764_000_000 + Double(i)); r.state = "pending"; return r }
-        for r in rows { try store.put(r) }
-        try store.readAhead(["a0", "a1", "gone"])
-        #expect(store.hasReadAhead)
-        #expect(try store.get("a0") == rows[0])
-        #expect(try store.rows(ids: ["a1", "a0"], state: "pending") == [rows[1], rows[0]])
-        #expect(try store.rows(ids: ["a1", "a2", "gone"], state: "pending") == [rows[1], rows[2]], "some read ahead, one from the file, one nowhere")
-        // What was read ahead is what the file holds: another connection changes a row behind the store's back
-        // (nothing but this test could), and the store still gives its row read ahead, not a new read.
-        let other = try DatabaseQueue(path: path)
-        try other.write { try $0.execute(sql: "UPDATE request SET failures = 99 WHERE id = 'a0'") }
-        #expect(try store.get("a0")?.failures == rows[0].failures, "given from memory: no read was made")
-        // Each kind of write to a task's rows drops its row, and only its.
-        rows[1].failures = 7
-        let writes = store.rowWrites
-        try store.put(rows[1])
-        #expect(store.readAheadCount == 1 && store.rowWrites == writes + 1)
-        #expect(try store.get("a1")?.failures == 7)
-        #expect(try store.get("a0")?.failures == rows[0].failures, "another task's row is still the one read ahead")
-        try store.put(rows[0])
-        #expect(!store.hasReadAhead)
-        try store.readAhead(["a2", "a3"])
-        try store.markRunning(rows[2])
-        #expect(store.readAheadCount == 1)
-        #expect(try store.get("a2") == nil)
-        try store.remove("a3", state: "pending")
-        #expect(!store.hasReadAhead)
-        #expect(try store.rows(ids: ["a3"], state: "pending").isEmpty)
-        // Rows of another state are never taken from what was read ahead (it holds pending rows).
-        try store.readAhead(["a1"])
-        #expect(try store.get("a1", state: "running") == nil)
     }
 
     @Test("every column of a row reads back as it was written, whichever way it is read (by id, by ids, a page, the state)")

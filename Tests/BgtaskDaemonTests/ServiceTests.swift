@@ -12,7 +12,6 @@ import BgtaskQueue
 import BgtaskRun
 import BgtaskTestSupport
 import Foundation
-import GRDB
 import Testing
 
 /// A task's process as the tests see it: nothing runs; what the supervisor does to it is written down.
@@ -197,24 +196,6 @@ struct ServiceTests {
         #expect(d.daemon.running["backup"] == nil)
         #expect(unit.released)
         #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
-    }
-
-    @Test("the first resting tasks in line are read ahead; the plug that wakes them starts the first from that row, with no read")
-    func firstInLineReadAhead() throws {
-        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
-        var o = SubmitOptions()
-        o.requiresExternalPower = true
-        for i in 0..<3 { _ = try d.submit("r\(i)", o, argv: ["first-\(i)"]).get() }
-        #expect(d.daemon.queue.isResting("r0"))
-        d.daemon.readAhead()
-        #expect(d.daemon.store.readAheadCount == 3)
-        // The row changed in the file behind the daemon's back (nothing but a test could): the start shows which
-        // row it was given.
-        let file = d.dir.appendingPathComponent("state/queue.sqlite").path
-        try DatabaseQueue(path: file).write { try $0.execute(sql: #"UPDATE request SET argv = '["changed"]' WHERE id = 'r0'"#) }
-        d.conditions(Self.charger)
-        #expect(d.launcher.argv["r0"] == ["first-0"], "started from the row read ahead")
-        #expect(d.launcher.started.count == 3 && d.daemon.store.readAheadCount == 0, "each start was written: its row read ahead goes with it")
     }
 
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
