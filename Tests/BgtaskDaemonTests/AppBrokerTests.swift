@@ -155,6 +155,17 @@ struct AppBrokerTests {
         #expect(queue.enqueued.last?.earliest == nil, "processing work is not held back")
     }
 
+    @Test("why an app task was expired is kept until it ends, then given once and forgotten, whatever its kind")
+    func expiryReasonGoesWithItsTask() throws {
+        let t = AppTask(broker: broker, app: Self.feed, identifier: "org.example.feed.clean")
+        broker.tellExpire(t, reason: "its budget is spent")
+        let key = AppBroker.key(Self.feed, "org.example.feed.clean")
+        #expect(broker.roster.expiredReasons[key] == "its budget is spent")
+        #expect(broker.taskEnded(key, app: Self.feed) == "its budget is spent")
+        #expect(broker.roster.expiredReasons.isEmpty && broker.roster.views.isEmpty)
+        #expect(broker.taskEnded(key, app: Self.feed) == nil, "given once")
+    }
+
     @Test("an app that leaves the bus: its queued continued work is cancelled, its refresh and processing requests stay; AppCancelAll cancels them all")
     func leaving() throws {
         for (id, kind) in [("org.example.feed.refresh", "refresh"), ("org.example.feed.clean", "processing"), ("org.example.feed.export.a", "continued")] {
