@@ -275,8 +275,23 @@ func smapsReport(_ pid: Int32, _ label: String) {
 }
 
 /// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
+/// The line a child prints as it begins to wait comes just before its last steps into the wait (another thread
+/// told, the poll entered): the window opens once its counts have held still for 200 ms (at most 5 s), or those
+/// steps, raced by the first sample, were counted as wake-ups of the wait (0–3 in 20 s: 0–9 a minute).
+func untilStill(pid: Int32) {
+    var last = wakeups(pid: pid)
+    let end = now() + 5_000_000_000
+    while now() < end {
+        Thread.sleep(forTimeInterval: 0.2)
+        let n = wakeups(pid: pid)
+        if n == last { return }
+        last = n
+    }
+}
+
 func idleRow(_ name: String, _ child: Child, seconds: Double = idleSeconds, stop: Bool = true) {
     let pid = child.process.processIdentifier
+    untilStill(pid: pid)
     let before = wakeups(pid: pid)
     // Measuring idleness is the one place a fixed wait is the point.
     Thread.sleep(forTimeInterval: seconds)
