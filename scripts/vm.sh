@@ -26,9 +26,12 @@ key="$vm/id_ed25519"
 
 die() { echo "vm: $*" >&2; exit 1; }
 
+# ConnectTimeout covers sshd's banner too: under TCG a busy guest has been seen to take longer than 5 s for it.
 ssh_opts() {
+  local connect=5
+  [[ "$(cat "$vm/run/accel" 2>/dev/null)" == tcg ]] && connect=15
   echo -i "$key" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes \
-       -o ConnectTimeout=5 -o ServerAliveInterval=5 -o ServerAliveCountMax=6
+       -o ConnectTimeout=$connect -o ServerAliveInterval=5 -o ServerAliveCountMax=6
 }
 
 mirror() {
@@ -82,6 +85,7 @@ cmd_boot() {
     *) die "BGTASK_VM_ACCEL is kvm, tcg or auto" ;;
   esac
   rm -f "$vm/run/"*
+  echo "$accel" > "$vm/run/accel"
   qemu-img create -q -f qcow2 -F raw -b "$vm/disk.img" "$vm/run/overlay.qcow2"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   echo "$port" > "$vm/run/port"
