@@ -26,7 +26,7 @@ key="$vm/id_ed25519"
 
 die() { echo "vm: $*" >&2; exit 1; }
 
-# ConnectTimeout covers sshd's banner too: under TCG a busy guest has been seen to take longer than 5 s for it.
+# ConnectTimeout covers sshd's banner too: a busy guest under TCG may take longer than 5 s to send it.
 ssh_opts() {
   local connect=5
   [[ "$(cat "$vm/run/accel" 2>/dev/null)" == tcg ]] && connect=15

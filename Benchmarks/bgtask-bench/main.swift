@@ -274,7 +274,6 @@ func smapsReport(_ pid: Int32, _ label: String) {
     }
 }
 
-/// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
 /// The line a child prints as it begins to wait comes just before its last steps into the wait (another thread
 /// told, the poll entered): the window opens once its counts have held still for 200 ms (at most 5 s), or those
 /// steps, raced by the first sample, were counted as wake-ups of the wait (0–3 in 20 s: 0–9 a minute).
@@ -289,6 +288,7 @@ func untilStill(pid: Int32) {
     }
 }
 
+/// Context switches of an idle child over `idleSeconds`, per minute, as a table row; stops the child.
 func idleRow(_ name: String, _ child: Child, seconds: Double = idleSeconds, stop: Bool = true) {
     let pid = child.process.processIdentifier
     untilStill(pid: pid)
