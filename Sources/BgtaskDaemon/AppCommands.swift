@@ -53,7 +53,7 @@ extension Daemon: AppQueue {
         do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
         add(row)
         say("\(row.id): submitted by the app")
-        bus.emit(.taskChanged, [.string(row.id), .string("pending")])
+        announce.emit(.taskChanged, [.string(row.id), .string("pending")])
         return .success(())
     }
 

@@ -51,6 +51,8 @@ public final class Daemon {
     }()
     /// Running command tasks' output files, kept bounded while written.
     lazy var outputWatch = OutputWatch(loop: loop) { [unowned self] in self.say($0) }
+    /// The scheduler's signals to all, sent once the round that made them is done.
+    lazy var announce = Announcements(bus: bus, loop: loop)
     /// Continued tasks as the person sees them (notifications, KDE's job view).
     lazy var presenter = Presenter(Presenter.Host(
         bus: bus, loop: loop, say: { [unowned self] in self.say($0) }, settings: { [unowned self] in self.policy.settings },
@@ -202,7 +204,7 @@ public final class Daemon {
                 let c = self.appConditions
                 if c != self.current.announced {
                     self.current.announced = c
-                    self.bus.emit(.conditionsChanged, [.dict(c.variant)])
+                    self.announce.emit(.conditionsChanged, [.dict(c.variant)])
                 }
             }
             self.afterRound(conditionsChanged: true)
@@ -319,9 +321,9 @@ public final class Daemon {
             e.row.started = wallClockNow()
             do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
             if !e.row.isAppTask, s.taskProcess?.unitName == nil { outputWatch.watch(outputPath(id)) }
-            bus.emit(.taskChanged, [.string(id), .string("running")])
+            announce.emit(.taskChanged, [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
-            bus.emit(.taskChanged, [.string(id), .string(s.machine.phase.state)])
+            announce.emit(.taskChanged, [.string(id), .string(s.machine.phase.state)])
         default:
             break
         }
@@ -393,6 +395,7 @@ public final class Daemon {
             if e.isWaiting { rest(e); break }
         }
         let sups = supervisors
+        OutputFile.prepareSpare(in: files.output)   // off a start's path: made once the round's work is done
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
         updateInhibitor()
         // Resting tasks are not among the supervisors: when one begins to rest, the zones' need is asked again.

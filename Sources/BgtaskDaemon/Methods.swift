@@ -110,7 +110,7 @@ extension Daemon: ServiceCommands {
         // Said and signalled once the reply is on its way: neither is what the caller waits for.
         service.afterReply.append { [unowned self] in
             self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
-            self.bus.emit(.taskChanged, [.string(id), .string("pending")])
+            self.announce.emit(.taskChanged, [.string(id), .string("pending")])
         }
         return .success(id)
     }
@@ -133,7 +133,7 @@ extension Daemon: ServiceCommands {
             done.append("expired the running task")
         }
         guard !done.isEmpty else { return .failure(SchedulerError.noSuchTask("no task \(id)")) }
-        bus.emit(.taskChanged, [.string(id), .string("cancelled")])
+        announce.emit(.taskChanged, [.string(id), .string("cancelled")])
         return .success(done.joined(separator: "; "))
     }
 

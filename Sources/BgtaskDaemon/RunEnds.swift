@@ -69,7 +69,7 @@ extension Daemon {
                 add(r)
             }
         } catch { say("\(e.id): cannot update the queue: \(error)") }
-        bus.emit(.taskChanged, [.string(e.id), .string(next != nil && queue.isWaiting(e.id) ? "pending" : "finished")])
+        announce.emit(.taskChanged, [.string(e.id), .string(next != nil && queue.isWaiting(e.id) ? "pending" : "finished")])
     }
 
     /// A task is all its processes: what its command started and left running when it exited (a daemon that
@@ -158,6 +158,7 @@ extension Daemon {
         for e in entries { _ = queue.finish(e.id) }
         audit.flush()
         updateInhibitor()
+        announce.send()
         bus.flush()
         loop.quit()
     }

@@ -331,7 +331,8 @@ public final class QueueStore: @unchecked Sendable {
     }
 
     public func get(_ id: String, state: String = "pending") throws -> QueuedTask? {
-        try db.read { try QueuedTask.fetchOne($0.cachedStatement(sql: QueueStore.getSQL), arguments: [id, state]) }
+        // One SELECT, its own snapshot: no transaction around it (see `rows`).
+        try db.inDatabase { try QueuedTask.fetchOne($0.cachedStatement(sql: QueueStore.getSQL), arguments: [id, state]) }
     }
     /// One row by its key, prepared once: the rows of the first tasks in line for a slot are read one by one, on
     /// the way from a charger plug to their start.
@@ -341,7 +342,7 @@ public final class QueueStore: @unchecked Sendable {
     public func put(_ t: QueuedTask) throws {
         // One statement (the row of this id and state, if any, is replaced): half the cost of save's UPDATE-then-INSERT.
         // Prepared once and kept: GRDB's record insert builds a container and its SQL on every Submit.
-        try db.write { db in
+        try transaction { db in
             try db.cachedStatement(sql: QueueStore.putSQL).execute(arguments: StatementArguments(t.values))
         }
     }
@@ -354,7 +355,7 @@ public final class QueueStore: @unchecked Sendable {
         var r = t
         r.state = "running"
         // Prepared statements, kept: this write is on the way from a charger plug to the task's start.
-        try db.write { db in
+        try transaction { db in
             try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [t.id, "pending"])
             try db.cachedStatement(sql: QueueStore.putSQL).execute(arguments: StatementArguments(r.values))
         }
@@ -363,7 +364,26 @@ public final class QueueStore: @unchecked Sendable {
 
     @discardableResult
     public func remove(_ id: String, state: String) throws -> Bool {
-        try db.write { try QueuedTask.deleteOne($0, key: ["id": id, "state": state]) }
+        try transaction { db in
+            try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [id, state])
+            return db.changesCount > 0
+        }
+    }
+
+    /// A write transaction whose BEGIN and COMMIT are prepared once and kept, like the statements inside it:
+    /// GRDB's `write` prepares both anew each time, through its authorizer, on every Submit, start and end.
+    private func transaction<T>(_ body: (Database) throws -> T) throws -> T {
+        try db.writeWithoutTransaction { db in
+            try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+            do {
+                let result = try body(db)
+                try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+                return result
+            } catch {
+                if db.isInsideTransaction { try? db.rollback() }
+                throw error
+            }
+        }
     }
 
     /// Each app's background runtime on battery on `day` (days since the epoch, local time).
@@ -408,10 +428,9 @@ public final class QueueStore: @unchecked Sendable {
     /// Readings that changed, as the daemon saw them (`name`, its value as text), in one transaction.
     public func recordTransitions(_ changes: [(time: Double, name: String, value: String)]) throws {
         guard !changes.isEmpty else { return }
-        try db.write { db in
-            for c in changes {
-                try db.execute(sql: "INSERT INTO transition (time, name, value) VALUES (?, ?, ?)", arguments: [c.time, c.name, c.value])
-            }
+        try transaction { db in
+            let insert = try db.cachedStatement(sql: "INSERT INTO transition (time, name, value) VALUES (?, ?, ?)")
+            for c in changes { try insert.execute(arguments: [c.time, c.name, c.value]) }
         }
     }
 

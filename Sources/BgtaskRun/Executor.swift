@@ -214,16 +214,36 @@ public final class TaskProcess {
 
     /// The environment a command gets: this process's own, less `dropping` and what `extra` sets, then `extra`.
     public static func environment(adding extra: [String], dropping: Set<String> = []) -> [String] {
-        func name(_ entry: String) -> String { entry.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
-        let overridden = Set(extra.map(name)).union(dropping)
-        var out: [String] = []
+        let overridden = Set(extra.map(variableName)).union(dropping)
+        return ownEnvironment().compactMap { overridden.contains($0.name) ? nil : $0.entry } + extra
+    }
+
+    private static func variableName(_ entry: String) -> String {
+        entry.split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
+    }
+
+    /// This process's environment, read into strings once and again only if `environ` changed (its array or an
+    /// entry's address: setenv replaces them): bgtaskd's does not after start-up, and reading it took about 90 µs
+    /// of every start.
+    private static let ownEnvironmentRead = Mutex<(addresses: [UInt], entries: [(name: String, entry: String)])>(([], []))
+
+    private static func ownEnvironment() -> [(name: String, entry: String)] {
+        var addresses: [UInt] = []
         var e = environ
         while let p = e.pointee {
-            let entry = String(cString: p)
-            if !overridden.contains(name(entry)) { out.append(entry) }
+            addresses.append(UInt(bitPattern: p))
             e += 1
         }
-        return out + extra
+        return ownEnvironmentRead.withLock { read in
+            if read.addresses != addresses {
+                read.entries = addresses.map { a in
+                    let entry = String(cString: UnsafePointer<CChar>(bitPattern: a)!)
+                    return (variableName(entry), entry)
+                }
+                read.addresses = addresses
+            }
+            return read.entries
+        }
     }
 
     /// Chooses the cap mechanism ahead of a spawn (see `TaskCgroup.Plan.prepared`): call it before waiting.
@@ -437,106 +457,5 @@ final class CgroupV1 {
         guard fd >= 0 else { return false }
         defer { close(fd) }
         return Glibc.write(fd, value, value.utf8.count) == value.utf8.count
-    }
-}
-
-/// A task's kept output: the last run's, and the one before it.
-public enum OutputFile {
-    /// At most this much of a finished run's output is kept (its end).
-    public static let maxBytes = 1 << 20
-
-    /// Before a run: the previous run's output becomes `PATH.1` (replacing an older one); so does the note
-    /// of a run that went to the journal.
-    public static func rotate(_ path: String) {
-        var st = stat()
-        if lstat(path + ".unit", &st) == 0, (st.st_mode & S_IFMT) == S_IFREG { rename(path + ".unit", path + ".1.unit") }
-        else { unlink(path + ".1.unit") }
-        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return }
-        if st.st_size > off_t(maxBytes) { keepTail(path, size: st.st_size) }
-        rename(path, path + ".1")
-    }
-
-    /// This run's output goes to the journal, under its systemd unit: `PATH.unit` names the unit, for `bgtask output`.
-    public static func noteUnit(_ path: String, unit: String) {
-        let fd = Glibc.open(path + ".unit", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        let line = unit + "\n"
-        _ = Glibc.write(fd, line, line.utf8.count)
-    }
-
-    /// The unit a run's output went to, if it ran as one (`PATH.unit`; nil for a run whose output is in `PATH`).
-    public static func unit(of path: String) -> String? {
-        guard case .success(let bytes) = FileIO.readBytes(path + ".unit", limit: 512, noFollow: true) else { return nil }
-        let name = String(decoding: bytes.prefix { $0 != 0x0a }, as: UTF8.self)
-        // Only a name bgtaskd gives units: nothing else is handed to journalctl.
-        let allowed = name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5a) || ($0 >= 0x61 && $0 <= 0x7a) || $0 == 0x2d || $0 == 0x5f || $0 == 0x2e }
-        guard name.hasPrefix("bgtask-"), name.hasSuffix(".service"), name.utf8.count <= 255, allowed else { return nil }
-        return name
-    }
-
-    /// A running task's output is cut back to its last `maxBytes` once it grows past this (`bound`).
-    public static let boundBytes = 2 * maxBytes
-
-    /// Opens the output file for a command's stdout and stderr: appended to, created 0600, never a link, and
-    /// only a regular file — opened without blocking, so a FIFO planted there is refused, not waited on.
-    public static func open(_ path: String) throws -> Int32 {
-        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0o600)
-        guard fd >= 0 else {
-            let e = errno
-            throw SpawnError(command: path, errno: e, detail: "its output file \(path) cannot be opened: \(String(cString: strerror(e)))\(e == ENXIO ? " (a FIFO?)" : "")")
-        }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            Glibc.close(fd)
-            throw SpawnError(command: path, errno: EINVAL, detail: "\(path) is \(FileIO.kindName(st.st_mode)), not a regular file: refused as the task's output")
-        }
-        _ = fcntl(fd, F_SETFL, O_WRONLY | O_APPEND)
-        return fd
-    }
-
-    /// While a command writes: its output past `boundBytes` is cut back to about its last `maxBytes`, so a
-    /// chatty task cannot fill the disk (and make every Submit fail). True if it was cut.
-    @discardableResult
-    public static func bound(_ path: String) -> Bool { dropFront(path, over: boundBytes) }
-
-    /// Cuts the file's front off once what it holds passes `limit`, keeping at least its last `maxBytes`
-    /// (up to a block more). The command and anything it left running may still be appending: the front
-    /// is dropped by `fallocate` in one step (`bgt_drop_front`), so nothing they write meanwhile is lost. A
-    /// punched file keeps its length, its front a hole: what it holds is measured from its first data, and
-    /// readers start at its last `maxBytes`. Only on a filesystem with neither, the tail is copied.
-    @discardableResult
-    public static func dropFront(_ path: String, over limit: Int = maxBytes) -> Bool {
-        let fd = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
-        let firstData = bgt_first_data(fd)
-        guard st.st_size - firstData > off_t(limit) else { return false }
-        let block = off_t(st.st_blksize > 0 ? st.st_blksize : 4096)
-        let cut = (st.st_size - off_t(maxBytes)) / block * block
-        guard cut > firstData else { return false }
-        if bgt_drop_front(fd, cut) > 0 { return true }
-        copyTail(fd, size: st.st_size)
-        return true
-    }
-
-    /// Keeps the last `maxBytes` of a file that nothing writes any more, in place and compact (its holes gone).
-    public static func keepTail(_ path: String, size: off_t) {
-        let fd = Glibc.open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        copyTail(fd, size: size)
-    }
-
-    /// The last `maxBytes` copied to the front, then the file truncated after them: what is appended
-    /// between the two is lost, hence only for a file nobody writes, or where `fallocate` cannot cut.
-    static func copyTail(_ fd: Int32, size: off_t) {
-        var buf = [UInt8](repeating: 0, count: maxBytes)
-        let n = pread(fd, &buf, maxBytes, max(0, size - off_t(maxBytes)))
-        guard n > 0 else { return }
-        _ = pwrite(fd, buf, n, 0)
-        _ = ftruncate(fd, off_t(n))
     }
 }

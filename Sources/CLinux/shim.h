@@ -24,6 +24,13 @@ int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions
 int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
 int fallocate(int fd, int mode, off_t offset, off_t len);
 
+/* An unnamed regular file in `dir` (O_TMPFILE), write-only, 0600 before the umask; -errno where the kernel or the
+ * filesystem has none. linkat(2) through /proc/self/fd gives it a name later. */
+static inline int bgt_open_tmpfile(const char *dir) {
+    int fd = open(dir, __O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);   /* O_TMPFILE, a _GNU_SOURCE name */
+    return fd >= 0 ? fd : -errno;
+}
+
 /* Removes [0, len) of a file in one step, atomic against a writer appending to it: COLLAPSE_RANGE moves the
  * rest to the front (ext4, xfs; len a multiple of the block size); where that is not supported, PUNCH_HOLE
  * frees the range's blocks and keeps the length (tmpfs, btrfs). 1 collapsed, 2 punched, or -errno. */

@@ -90,3 +90,72 @@ struct OutputFileTests {
         #expect(!OutputFile.dropFront(path))   // now under the limit
     }
 }
+
+@Suite("the output file made ahead of a start")
+struct SpareOutputFileTests {
+    private static func directory() throws -> String {
+        let d = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-spare-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: false)
+        return d
+    }
+
+    private static func inode(_ fd: Int32) -> ino_t? {
+        var st = stat()
+        return fstat(fd, &st) == 0 ? st.st_ino : nil
+    }
+
+    @Test("the spare becomes the run's output file: that very inode, named, 0600, appended to; the next start makes its own")
+    func spareIsNamed() throws {
+        let d = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: d) }
+        OutputFile.prepareSpare(in: d)
+        let spare = try #require(OutputFile.spares.withLock { $0[d] }, "no O_TMPFILE here")
+        let made = Self.inode(spare)
+        let fd = try OutputFile.open(d + "/a.log")
+        #expect(Self.inode(fd) == made)
+        #expect(OutputFile.spares.withLock { $0[d] } == nil)
+        _ = write(fd, "one\n", 4)
+        _ = lseek(fd, 0, SEEK_SET)   // O_APPEND: the next write still goes to the end
+        _ = write(fd, "two\n", 4)
+        close(fd)
+        var st = stat()
+        #expect(lstat(d + "/a.log", &st) == 0)
+        #expect(st.st_mode & S_IFMT == S_IFREG && st.st_mode & 0o077 == 0 && st.st_nlink == 1)
+        #expect(try String(contentsOfFile: d + "/a.log", encoding: .utf8) == "one\ntwo\n")
+        // No spare: the file is created where it is opened, as before.
+        let second = try OutputFile.open(d + "/b.log")
+        close(second)
+        #expect(FileManager.default.fileExists(atPath: d + "/b.log"))
+    }
+
+    @Test("a link or a FIFO planted at the output's name is neither replaced nor followed; the spare is dropped")
+    func plantedNamesAreRefused() throws {
+        let d = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: d) }
+        let target = d + "/target"
+        #expect(FileManager.default.createFile(atPath: target, contents: Data("kept\n".utf8)))
+        #expect(symlink(target, d + "/link.log") == 0)
+        #expect(mkfifo(d + "/fifo.log", 0o600) == 0)
+        for name in ["link.log", "fifo.log"] {
+            OutputFile.prepareSpare(in: d)
+            #expect(throws: SpawnError.self) { try OutputFile.open(d + "/" + name) }
+            #expect(OutputFile.spares.withLock { $0[d] } == nil)
+        }
+        #expect(try String(contentsOfFile: target, encoding: .utf8) == "kept\n")
+        var st = stat()
+        #expect(lstat(d + "/link.log", &st) == 0 && st.st_mode & S_IFMT == S_IFLNK)
+    }
+
+    @Test("a spare is used only for a file in its own directory")
+    func spareStaysInItsDirectory() throws {
+        let d = try Self.directory(), other = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: d); try? FileManager.default.removeItem(atPath: other) }
+        OutputFile.prepareSpare(in: d)
+        let spare = try #require(OutputFile.spares.withLock { $0[d] }, "no O_TMPFILE here")
+        let made = Self.inode(spare)
+        let fd = try OutputFile.open(other + "/a.log")
+        defer { close(fd) }
+        #expect(Self.inode(fd) != made)
+        #expect(OutputFile.spares.withLock { $0[d] } == spare)
+    }
+}
