@@ -605,6 +605,19 @@ if want("9") {
         }
         row("`dbus-send … GetStatus` process (libdbus's client in C: a client process's floor, same daemon)", sends, unit: "ms", peer: "at process")
     }
+    // The same with GLib's own client, `gdbus call` (C, GDBus: what bgtask's CLI talks through): the floor of a GDBus
+    // client as a process, against which `bgtask submit`'s goal is set.
+    if FileManager.default.isExecutableFile(atPath: "/usr/bin/gdbus") {
+        var calls: [Double] = []
+        for _ in 0..<50 {
+            let t0 = now()
+            let (s, _, e) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", SchedulerBus.name, "--object-path", SchedulerBus.path,
+                                                            "--method", "\(SchedulerBus.interface).GetStatus"], environment: env, deadline: 30)
+            guard s == 0 else { fatalError("gdbus call: \(e)") }
+            calls.append(Double(now() - t0) / 1_000_000)
+        }
+        row("`gdbus call … GetStatus` process (GLib's GDBus client in C: a GDBus client process's floor, same daemon)", calls, unit: "ms", peer: "at process")
+    }
     // Steady state: once start-up's and the calls' memory has gone back (the quiet spell's one wake-up, 30 s after
     // the daemon's start, is behind), its size, then its wake-ups while nothing happens.
     untilSettled(since: now())
