@@ -41,6 +41,28 @@ public final class MainLoop {
         while g_main_context_pending(nil) != 0 { g_main_context_iteration(nil, 0) }
     }
 
+    /// Runs the default context, waiting for its events, until `done` says so or `seconds` have passed (a caller
+    /// that drives the loop itself and waits for something it delivers). Whether `done` came true.
+    @discardableResult
+    public func iterate(until done: () -> Bool, within seconds: Double) -> Bool {
+        // The flag outlives this call's stack frame only as long as its timeout source: both go in the defer.
+        let late = UnsafeMutablePointer<Bool>.allocate(capacity: 1)
+        late.initialize(to: false)
+        let id = g_timeout_add(guint(max(1, seconds * 1000)), { ctx in
+            ctx!.assumingMemoryBound(to: Bool.self).pointee = true
+            return 0
+        }, late)
+        defer {
+            if !late.pointee { g_source_remove(id) }
+            late.deallocate()
+        }
+        while !done() {
+            if late.pointee { return false }
+            g_main_context_iteration(nil, 1)
+        }
+        return true
+    }
+
     /// Calls `action` whenever `fd` is readable (or hung up), for as long as the loop lives.
     public func watch(fd: Int32, _ action: @escaping () -> Void) {
         let w = Watch(action)

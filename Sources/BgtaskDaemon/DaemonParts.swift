@@ -112,7 +112,7 @@ final class CurrentReadings {
 final class Announcements {
     private let bus: BusConnection
     private let loop: MainLoop
-    private var held: [(signal: SchedulerSignal, args: [BusValue])] = []
+    private(set) var held: [(signal: SchedulerSignal, args: [BusValue])] = []
 
     init(bus: BusConnection, loop: MainLoop) {
         self.bus = bus

@@ -46,7 +46,7 @@ public enum OutputFile {
     /// A file made ahead for the next run's output, unnamed (O_TMPFILE) in the output directory, so that a start
     /// does not wait for the filesystem to make one: on ext4 without a journal that has just deleted many files,
     /// making an inode took 0.8 ms of the 2 ms between bgtaskd's wake-up and its spawn. Given its name by `open`.
-    /// One per directory (a daemon has one), a few directories at most.
+    /// One per directory (a daemon has one), a few directories at most; -1 where there can be none (below).
     static let spares = Mutex<[String: Int32]>([:])
     static let sparesMost = 4
 
@@ -56,11 +56,12 @@ public enum OutputFile {
         spares.withLock { kept in
             guard kept[directory] == nil else { return }
             if kept.count >= sparesMost, let other = kept.first {
-                Glibc.close(other.value)
+                if other.value >= 0 { Glibc.close(other.value) }
                 kept[other.key] = nil
             }
             let fd = bgt_open_tmpfile(directory)
-            if fd >= 0 { kept[directory] = fd }
+            // A filesystem without O_TMPFILE says so for good: not asked again after every round.
+            if fd >= 0 { kept[directory] = fd } else if fd == -EOPNOTSUPP || fd == -EISDIR || fd == -EINVAL { kept[directory] = -1 }
         }
     }
 
@@ -69,7 +70,12 @@ public enum OutputFile {
     private static func takeSpare(named path: String) -> Int32? {
         guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
         let directory = String(path[..<slash])
-        guard let fd = spares.withLock({ $0.removeValue(forKey: directory) }) else { return nil }
+        let kept: Int32? = spares.withLock { kept in
+            guard let fd = kept[directory], fd >= 0 else { return nil }
+            kept[directory] = nil
+            return fd
+        }
+        guard let fd = kept else { return nil }
         guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0 else {
             Glibc.close(fd)
             return nil

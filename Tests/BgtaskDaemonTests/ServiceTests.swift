@@ -198,6 +198,33 @@ struct ServiceTests {
         #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
     }
 
+    @Test("TaskChanged is sent once the round that made it is done, and in order: pending, running, finished")
+    func taskChangedAfterTheRound() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        let listener = try BusConnection(address: d.bus.address)
+        var told: [String] = []
+        listener.subscribe(.taskChanged) { _, args in told.append(args.compactMap(\.string).joined(separator: " ")) }
+        // The bus has the listener's match once it answers a later call on the same connection.
+        _ = try listener.call("GetId", [], destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus")
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        _ = try d.submit("t", o).get()
+        #expect(d.daemon.loop.iterate(until: { told.count >= 1 }, within: 5), "\(told)")
+
+        // The charger: the task is spawned inside the delivery; its signal waits for the round's end.
+        d.daemon.readings = Self.charger
+        d.daemon.deliver(now: monotonic())
+        #expect(d.launcher.started["t"] != nil)
+        #expect(d.daemon.announce.held.map(\.signal) == [.taskChanged])
+        d.daemon.afterRound(conditionsChanged: true)
+        #expect(d.daemon.loop.iterate(until: { told.count >= 2 }, within: 5), "\(told)")
+        #expect(d.daemon.announce.held.isEmpty)
+
+        d.exit("t")
+        #expect(d.daemon.loop.iterate(until: { told.count >= 3 }, within: 5), "\(told)")
+        #expect(told == ["t pending", "t running", "t finished"])
+    }
+
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
     func dueTasksRestOnASlot() throws {
         let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
