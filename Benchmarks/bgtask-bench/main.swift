@@ -210,9 +210,9 @@ if want("3") {
     var online = true
     for _ in 0..<toggles {
         online.toggle()
-        let t0 = now()
         tb.set(laptop.ac, "online", online ? "1" : "0")
         tb.set(laptop.battery, "status", online ? "Charging" : "Discharging")
+        let t0 = now()
         tb.uevent(laptop.ac)
         guard watch.line(within: 5, where: { $0.contains("\"power.external\"") }) != nil else { fatalError("no line") }
         xs.append(Double(now() - t0) / 1_000_000)
@@ -333,8 +333,7 @@ if want("5") {
         let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", stamp], environment: env())
         guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
         if settled { untilSettled(since: now()) }
-        let t0 = now()
-        tb.plug(laptop, true, batteryStatus: "Charging")
+        let t0 = tb.plug(laptop, true, batteryStatus: "Charging")
         guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
         _ = run.waitExit(within: 5)
         tb.plug(laptop, false)
@@ -464,8 +463,7 @@ if want("7") {
     var online = true
     for _ in 0..<toggles / 2 {
         online.toggle()
-        let t0 = now()
-        tb.plug(laptop, online, batteryStatus: online ? "Charging" : "Discharging")
+        let t0 = tb.plug(laptop, online, batteryStatus: online ? "Charging" : "Discharging")
         guard monitor.line(within: 5, where: { $0.contains("OnBattery") }) != nil else { continue }
         xs.append(Double(now() - t0) / 1_000_000)
     }
@@ -689,8 +687,7 @@ if want("9") {
     for round in 0..<10 {
         for i in 0..<100 { _ = submit("stamp-\(round)-\(i)", [stamp]) }
         guard daemon.errorLine(within: 10, where: { $0.contains("stamp-\(round)-99: waiting") }) != nil else { fatalError("not waiting") }
-        let t0 = now()
-        tb.plug(laptop, true, batteryStatus: "Charging")
+        let t0 = tb.plug(laptop, true, batteryStatus: "Charging")
         // Done when the queue is empty again: the daemon says each finish.
         var finished = 0
         while finished < 100, daemon.errorLine(within: 30, where: { $0.contains("stamp-\(round)-") && $0.contains(": finished") }) != nil { finished += 1 }
@@ -777,8 +774,7 @@ if want("11") {
         tb.plug(laptop, false)
         let run = try! Child(Child.bgtaskPath, ["run", "--kind", "processing", "--requires-external-power", "--", stamp], environment: env())
         guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
-        let t0 = now()
-        tb.plug(laptop, true, batteryStatus: "Charging")
+        let t0 = tb.plug(laptop, true, batteryStatus: "Charging")
         guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
         _ = run.waitExit(within: 5)
         return Double(first - t0) / 1_000_000
