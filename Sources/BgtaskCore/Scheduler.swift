@@ -85,17 +85,40 @@ public struct Scheduler<Item, Rest: RestState> {
             f.id = id
             return Job(fields: f, app: app, submitted: submitted)
         }
-        func woken(_ id: String, submitted: Double) -> Woken { Woken(job: job(id, submitted: submitted), rest: rest, group: number) }
+        /// What its tasks share, made once for all of them when it wakes.
+        func origin() -> Origin { Origin(fields: fields, app: app, rest: rest, number: number) }
+        func woken(_ id: String, submitted: Double) -> Woken { Woken(origin: origin(), id: id, submitted: submitted) }
+    }
+
+    /// What the tasks woken from one group share: one value for the group, not a copy of its fields for each task
+    /// (a plug that wakes 100,000 tasks made 100,000 copies before the first could start).
+    public final class Origin {
+        let fields: TaskFields
+        let app: String?
+        public let rest: Rest
+        public let number: Int
+        init(fields: TaskFields, app: String?, rest: Rest, number: Int) {
+            self.fields = fields
+            self.app = app
+            self.rest = rest
+            self.number = number
+        }
     }
 
     /// A resting task taken out of its group (`wake`, `wakeOne`, `nextForSlot`): it has left the queue's books until
     /// `add`ed again, or put back to rest (`rest(_:like:)`).
     public struct Woken {
-        public var job: Job
-        public var rest: Rest
+        let origin: Origin
+        public let id: String
+        public let submitted: Double
+        public var job: Job {
+            var f = origin.fields
+            f.id = id
+            return Job(fields: f, app: origin.app, submitted: submitted)
+        }
+        public var rest: Rest { origin.rest }
         /// The group it was woken from: tasks of one group decide alike.
-        public var group: Int
-        public var id: String { job.id }
+        public var group: Int { origin.number }
     }
 
     /// What `removeWaiting` took out: an awake task's item, or a resting task's rest.
@@ -172,10 +195,14 @@ public struct Scheduler<Item, Rest: RestState> {
         return old
     }
 
-    private mutating func count(_ job: Job, _ n: Int) {
-        if let a = job.app {
+    private mutating func count(_ job: Job, _ n: Int) { count(app: job.app, kind: job.fields.kind, n) }
+
+    private mutating func count(_ w: Woken, _ n: Int) { count(app: w.origin.app, kind: w.origin.fields.kind, n) }
+
+    private mutating func count(app: String?, kind: TaskKind, _ n: Int) {
+        if let a = app {
             counts.perApp[a] = (counts.perApp[a] ?? 0) + n > 0 ? (counts.perApp[a] ?? 0) + n : nil
-            let k = AppKind(app: a, kind: job.fields.kind)
+            let k = AppKind(app: a, kind: kind)
             counts.perAppKind[k] = (counts.perAppKind[k] ?? 0) + n > 0 ? (counts.perAppKind[k] ?? 0) + n : nil
         } else {
             counts.commands += n
@@ -190,7 +217,7 @@ public struct Scheduler<Item, Rest: RestState> {
             return .awake(item)
         }
         guard let w = takeResting(id) else { return nil }
-        count(w.job, -1)
+        count(w, -1)
         return .resting(w.rest)
     }
 
@@ -394,6 +421,7 @@ public struct Scheduler<Item, Rest: RestState> {
     public mutating func wake(verdict: (TaskFields) -> Verdict) -> [Woken] {
         var now: [RestClass: Verdict] = [:]
         var woken: [Woken] = []
+        var counted: [(app: String?, kind: TaskKind, n: Int)] = []
         groups.removeAll { g in
             let v: Verdict
             if let known = now[g.key.rest] { v = known } else {
@@ -402,10 +430,12 @@ public struct Scheduler<Item, Rest: RestState> {
             }
             guard v != g.key.verdict else { return false }
             woken.reserveCapacity(woken.count + g.ids.count)
-            for (id, t) in g.ids { woken.append(g.woken(id, submitted: t)) }
+            let origin = g.origin()
+            for (id, t) in g.ids { woken.append(Woken(origin: origin, id: id, submitted: t)) }
+            counted.append((g.app, g.fields.kind, g.ids.count))
             return true
         }
-        for w in woken { count(w.job, -1) }
+        for c in counted { count(app: c.app, kind: c.kind, -c.n) }
         return woken
     }
 
@@ -413,7 +443,7 @@ public struct Scheduler<Item, Rest: RestState> {
     /// as `wake` does, for the caller to `add` again.
     public mutating func wakeOne(_ id: String) -> Woken? {
         guard let w = takeResting(id) else { return nil }
-        count(w.job, -1)
+        count(w, -1)
         return w
     }
 
@@ -423,8 +453,8 @@ public struct Scheduler<Item, Rest: RestState> {
     @discardableResult
     public mutating func rest(_ w: Woken, like other: String) -> Bool {
         guard let g = groups.firstIndex(where: { $0.ids[other] != nil }) else { return false }
-        groups[g].ids[w.id] = w.job.submitted
-        count(w.job, +1)
+        groups[g].ids[w.id] = w.submitted
+        count(w, +1)
         return true
     }
 
@@ -445,9 +475,12 @@ public struct Scheduler<Item, Rest: RestState> {
 
     /// Every resting task woken (a reload: each is supervised anew under the new policy).
     public mutating func wakeAll() -> [Woken] {
-        let woken = groups.flatMap { g in g.ids.map { g.woken($0.key, submitted: $0.value) } }
+        let woken = groups.flatMap { g in
+            let origin = g.origin()
+            return g.ids.map { Woken(origin: origin, id: $0.key, submitted: $0.value) }
+        }
         groups = []
-        for w in woken { count(w.job, -1) }
+        for w in woken { count(w, -1) }
         return woken
     }
 

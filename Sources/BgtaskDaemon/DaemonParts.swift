@@ -75,6 +75,12 @@ struct RoundState {
     var quiet = Memory.QuietSpell()
     /// Supervisors made so far (each command task's run token is unique with it).
     var supervisorsMade = 0
+    /// A task was spawned in this round: what only prepares (the next spare output file, the readings' history)
+    /// waits a moment, so that the new process, at idle priority, is not kept off a CPU by it.
+    var spawnedThisRound = false
+    /// The readings' changes not yet written, and whether their write is due.
+    var historyDue: [(time: Double, name: String, value: String)] = []
+    var housekeepingDue = false
     /// When the last reply that lists 1,000 tasks or more went out (its heap goes back 2 s after the last of them).
     var lastLargeReply: Double?
     /// How many apps were connected at the last round (a change re-decides how often zones are read).

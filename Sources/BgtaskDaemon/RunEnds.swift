@@ -156,6 +156,7 @@ extension Daemon {
             } catch { say("\(e.id): cannot update the queue: \(error)") }
         }
         for e in entries { _ = queue.finish(e.id) }
+        writeHistory()
         audit.flush()
         updateInhibitor()
         announce.send()

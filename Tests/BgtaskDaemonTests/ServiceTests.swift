@@ -225,6 +225,26 @@ struct ServiceTests {
         #expect(told == ["t pending", "t running", "t finished"])
     }
 
+    @Test("the readings' history of a round that spawned a task is written shortly after it, none of it lost; without a spawn, at once")
+    func historyWaitsForASpawnedTask() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        func kept() -> [String] { ((try? d.daemon.store.transitions("power.external", since: 0)) ?? []).map(\.value) }
+        d.daemon.recordHistory(Self.onBattery)
+        #expect(kept() == ["false"], "a round that spawned nothing writes at once")
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        _ = try d.submit("t", o).get()
+
+        d.daemon.readings = Self.charger
+        d.daemon.deliver(now: monotonic())
+        #expect(d.launcher.started["t"] != nil)
+        d.daemon.recordHistory(Self.charger)
+        d.daemon.afterRound(conditionsChanged: true)
+        #expect(kept() == ["false"], "held while the new task gets under way")
+        #expect(d.daemon.loop.iterate(until: { kept() == ["false", "true"] }, within: 5), "\(kept())")
+        #expect(d.daemon.rounds.historyDue.isEmpty && !d.daemon.rounds.housekeepingDue)
+    }
+
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
     func dueTasksRestOnASlot() throws {
         let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
