@@ -313,7 +313,7 @@ public final class Daemon {
             if o.woken >= 0 {
                 let w = woken[o.woken]
                 if let like = restedLike[w.group], queue.rest(w, like: like) { continue }
-                if rows[o.id] == nil { read(from: i) }
+                if rows[o.id] == nil { if let k = rounds.kept.take(o.id) { rows[o.id] = k } else { read(from: i) } }
                 guard let row = rows.removeValue(forKey: o.id) else { continue }   // gone from the file under us: nothing to start
                 e = awaken(row, w.rest)
                 e.supervisor.conditionsChanged(c, now: now, shared: shared)
@@ -418,7 +418,7 @@ public final class Daemon {
             }
         }
         while let c = conditions, let w = queue.nextForSlot() {
-            guard let row = (try? store.get(w.id, state: "pending")) ?? nil else { continue }
+            guard let row = restingRow(w.id) else { continue }
             let e = awaken(row, w.rest)
             // An evaluator only when a slot is given: most rounds give none.
             e.supervisor.conditionsChanged(c, now: now, shared: Policy.Evaluator(policy: policy, conditions: c, time: localTime()))

@@ -121,7 +121,7 @@ extension Daemon: ServiceCommands {
         var done: [String] = []
         if let removed = queue.removeWaiting(id) {
             // A resting task's row is the queue's alone: read before it goes, for the story's run id and fields.
-            let row = removed.item?.row ?? (try? store.get(id, state: "pending")) ?? nil
+            let row = removed.item?.row ?? restingRow(id)
             _ = try? store.remove(id, state: "pending")
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: removed.item?.supervisor.runOptions.runID ?? row.map(Daemon.runID(of:))),

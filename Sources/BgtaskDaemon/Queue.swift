@@ -67,6 +67,7 @@ extension Daemon {
     /// its story's last words, when a supervisor before this one told its wait.
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil, told: String? = nil) -> Entry {
+        rounds.kept.take(row.id)   // a row kept for it while it rested is not the one it has now
         let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
         if let t = told { e.supervisor.continues(told: t) }
         queue.add(job(of: row), e)
@@ -85,6 +86,7 @@ extension Daemon {
     /// and decision it rested on (nothing is said or recorded anew: its story goes on). The caller decides it.
     @discardableResult
     func awaken(_ row: QueuedTask, _ rest: Supervisor.Rest) -> Entry {
+        rounds.kept.take(row.id)
         let s = supervisor(for: row, restored: true)
         s.resume(rest)
         let e = Entry(row: row, supervisor: s)
@@ -95,7 +97,7 @@ extension Daemon {
     /// The waiting task `id` awake, resting or not (a call about it); nil if it does not wait, or its row is gone.
     func awakeEntry(_ id: String) -> Entry? {
         if let e = queue.awake[id] { return e }
-        guard let w = queue.wakeOne(id), let row = (try? store.get(id, state: "pending")) ?? nil else { return nil }
+        guard let w = queue.wakeOne(id), let row = restingRow(id) else { return nil }
         return awaken(row, w.rest)
     }
 
@@ -170,6 +172,12 @@ extension Daemon {
         // Only a new group can change whether resting tasks need the zones read: a task joining its group (each
         // Submit of work like the rest) leaves the answer as it was, and asking again cost a Submit a tenth of its CPU.
         if queue.groupsMade != groups { rounds.newlyResting = true }
+        if let g = queue.group(of: e.id) { rounds.kept.keep(e.row, group: g, perGroup: max(1, limits.maxRunning)) }
         return true
+    }
+
+    /// The row of a resting task that wakes: kept since it began to rest, or read back from the queue.
+    func restingRow(_ id: String) -> QueuedTask? {
+        rounds.kept.take(id) ?? (try? store.get(id, state: "pending")) ?? nil
     }
 }

@@ -245,6 +245,28 @@ struct ServiceTests {
         #expect(d.daemon.rounds.historyDue.isEmpty && !d.daemon.rounds.housekeepingDue)
     }
 
+    @Test("the first resting tasks in line keep their rows: a plug starts them without reading the queue, a resubmit's row replaces the kept one, a cancel drops it")
+    func keptRowsOfTheFirstInLine() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<5 { _ = try d.submit("job-\(i)", o, argv: ["echo", "old"]).get() }
+        #expect(d.daemon.queue.restingCount == 5)
+        #expect(d.daemon.rounds.kept.count == 2, "max_running rows a group, not one a task")
+        _ = try d.submit("job-0", o, argv: ["echo", "new"]).get()
+        _ = try d.daemon.cancel("job-1", by: "a test").get()
+        #expect(d.daemon.rounds.kept.count == 1, "the resubmitted task's new row is kept, the cancelled one's is gone")
+
+        d.conditions(Self.charger)
+        #expect(d.launcher.started.keys.sorted() == ["job-2", "job-3"], "the first two in line: \(d.launcher.started.keys.sorted())")
+        // The resubmitted job-0 is last in line; freed slots go to job-4, then to it, with the row it has now.
+        d.exit("job-2")
+        d.exit("job-3")
+        #expect(d.launcher.started["job-4"] != nil && d.launcher.started["job-1"] == nil)
+        #expect(d.launcher.argv["job-0"] == ["echo", "new"], "\(d.launcher.argv)")
+        #expect(d.daemon.rounds.kept.count <= KeptRows.most)
+    }
+
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
     func dueTasksRestOnASlot() throws {
         let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
