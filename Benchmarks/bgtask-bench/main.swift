@@ -684,7 +684,8 @@ if want("9") {
     try? FileManager.default.removeItem(at: dir.appendingPathComponent("state"))
     (daemon, _) = try startDaemon()
     var firsts: [Double] = []
-    for round in 0..<10 {
+    // 20 plugs: a median of 10 moved by 0.3 ms from run to run, as much as the goal's margin.
+    for round in 0..<20 {
         for i in 0..<100 { _ = submit("stamp-\(round)-\(i)", [stamp]) }
         guard daemon.errorLine(within: 10, where: { $0.contains("stamp-\(round)-99: waiting") }) != nil else { fatalError("not waiting") }
         let t0 = tb.plug(laptop, true, batteryStatus: "Charging")
