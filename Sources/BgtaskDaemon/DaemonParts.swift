@@ -91,18 +91,21 @@ struct RoundState {
 
 /// The rows of the first tasks in line of each resting group, kept from when each began to rest: a plug that
 /// wakes the group starts them without reading the queue back (a row read was a tenth of the millisecond from a
-/// plug to the spawn). At most `perGroup` a group, the slots a plug can fill at once, and `most` in all. A row is
+/// plug to the spawn). At most `perGroup` a group, the slots a plug can fill at once, `most` in all, and only rows
+/// of up to `largest` bytes of command (a command may be 256 KiB: 256 of those would be 64 MB). A row is
 /// the queue's while its task rests (nothing writes a resting task's row), and is dropped once the task is awake
 /// again or gone; a task not kept is read from the queue as before.
 struct KeptRows {
     static let most = 256
+    static let largest = 4096
     private var rows: [String: (group: Int, row: QueuedTask)] = [:]
     private var perGroup: [Int: Int] = [:]
 
     var count: Int { rows.count }
 
     mutating func keep(_ row: QueuedTask, group: Int, perGroup most: Int) {
-        guard rows[row.id] == nil, rows.count < KeptRows.most, perGroup[group, default: 0] < most else { return }
+        guard rows[row.id] == nil, rows.count < KeptRows.most, perGroup[group, default: 0] < most,
+              row.argv.utf8.count <= KeptRows.largest else { return }
         rows[row.id] = (group, row)
         perGroup[group, default: 0] += 1
     }

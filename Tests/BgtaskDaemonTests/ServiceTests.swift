@@ -265,6 +265,12 @@ struct ServiceTests {
         #expect(d.launcher.started["job-4"] != nil && d.launcher.started["job-1"] == nil)
         #expect(d.launcher.argv["job-0"] == ["echo", "new"], "\(d.launcher.argv)")
         #expect(d.daemon.rounds.kept.count <= KeptRows.most)
+
+        // A long command is not kept (it is read back when it wakes): the kept rows stay small.
+        d.conditions(Self.onBattery)
+        let before = d.daemon.rounds.kept.count
+        _ = try d.submit("long", o, argv: ["echo", String(repeating: "x", count: KeptRows.largest)]).get()
+        #expect(d.daemon.queue.isResting("long") && d.daemon.rounds.kept.count == before)
     }
 
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
