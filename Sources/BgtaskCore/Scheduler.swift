@@ -33,6 +33,12 @@ public struct Scheduler<Item, Rest: RestState> {
             self.submitted = submitted
         }
         public var id: String { fields.id }
+        /// A resting task's job: its group's fields (any task's of the class) under its own id.
+        init(class fields: TaskFields, id: String, app: String?, submitted: Double) {
+            var f = fields
+            f.id = id
+            self.init(fields: f, app: app, submitted: submitted)
+        }
     }
 
     /// Waiting tasks that are awake (the ones a change of conditions, a timer or a midnight must be told of), and
@@ -80,11 +86,7 @@ public struct Scheduler<Item, Rest: RestState> {
         var fields: TaskFields
         /// Its tasks: id → when submitted.
         @usableFromInline var ids: [String: Double] = [:]
-        func job(_ id: String, submitted: Double) -> Job {
-            var f = fields
-            f.id = id
-            return Job(fields: f, app: app, submitted: submitted)
-        }
+        func job(_ id: String, submitted: Double) -> Job { Job(class: fields, id: id, app: app, submitted: submitted) }
         /// What its tasks share, made once for all of them when it wakes.
         func origin() -> Origin { Origin(fields: fields, app: app, rest: rest, number: number) }
         func woken(_ id: String, submitted: Double) -> Woken { Woken(origin: origin(), id: id, submitted: submitted) }
@@ -111,11 +113,7 @@ public struct Scheduler<Item, Rest: RestState> {
         let origin: Origin
         public let id: String
         public let submitted: Double
-        public var job: Job {
-            var f = origin.fields
-            f.id = id
-            return Job(fields: f, app: origin.app, submitted: submitted)
-        }
+        public var job: Job { Job(class: origin.fields, id: id, app: origin.app, submitted: submitted) }
         public var rest: Rest { origin.rest }
         /// The group it was woken from: tasks of one group decide alike.
         public var group: Int { origin.number }
