@@ -22,7 +22,7 @@ final class AppBroker: AppTaskBroker {
     /// The app directories read (nil: the user's and the system's; then the user's switches are kept too).
     let appDirectories: [String]?
     let say: (String) -> Void
-    /// Its commands to the queue: the daemon, which sets itself here once it is made (and outlives the broker).
+    /// Its commands to the queue: `QueueDriver`, which the daemon sets here (the queue outlives the broker).
     unowned var queue: (any AppQueue)!
     /// What it knows of apps.
     let roster = AppRoster()
@@ -245,7 +245,7 @@ final class AppBroker: AppTaskBroker {
         if kind == .continued { row.userInitiated = true }
         // Apple's limits per app and kind (a request replacing its own pending one does not count twice).
         if let why = queue.refusal(row, sender: call.sender) { return .failure(SchedulerError.tooManyPending(why)) }
-        row.runID = Daemon.newRunID(key)
+        row.runID = QueueDriver.newRunID(key)
         row.requiresExternalPower = r.requiresExternalPower ?? false
         row.requiresNetwork = r.requiresNetwork ?? false
         if let t = r.earliest {

@@ -9,7 +9,7 @@ import BgtaskQueue
 import BgtaskRun
 
 /// The queue's side of the app broker's commands (`AppQueue`).
-extension Daemon: AppQueue {
+extension QueueDriver: AppQueue {
     func runningTask(_ key: String) -> Entry? { running[key] }
     func startingTask(_ key: String) -> Entry? { running[key] ?? queue.awake[key] }
     func runningTasks(app: String) -> [Entry] { running.values.filter { $0.row.app == app } }
@@ -57,14 +57,11 @@ extension Daemon: AppQueue {
         return .success(())
     }
 
-    func actOnChanges() { afterRound(conditionsChanged: false) }
+    func actOnChanges() { host.actOnChanges() }
+    var presenter: Presenter { host.presenter }
 
     func callerLeft(_ name: String) {
-        service.callers[name] = nil
+        host.callerLeft(name)
         queue.forgetSender(name)
-    }
-
-    func handleApp(_ method: SchedulerMethod, _ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>? {
-        apps.handle(method, call, who)
     }
 }

@@ -26,7 +26,7 @@ final class AppClient {
 }
 
 /// What the app broker asks of the queue. The broker turns the apps' calls into these commands and keeps the rest
-/// (manifests, identity, clients, launches) to itself; the daemon answers them.
+/// (manifests, identity, clients, launches) to itself; the queue (`QueueDriver`) answers them.
 protocol AppQueue: AnyObject {
     /// The running task `key` (nil: none runs now).
     func runningTask(_ key: String) -> Entry?
@@ -56,7 +56,7 @@ protocol AppQueue: AnyObject {
     func actOnChanges()
     /// A bus name left: what is kept of it as a caller goes.
     func callerLeft(_ name: String)
-    /// Ends processes that are not waited for: SIGTERM now, SIGKILL after `grace` (`Daemon.end`).
+    /// Ends processes that are not waited for: SIGTERM now, SIGKILL after `grace` (`QueueDriver.end`).
     func end(grace: Double, _ targets: @escaping () -> [pid_t])
     var presenter: Presenter { get }
 }

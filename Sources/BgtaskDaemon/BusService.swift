@@ -5,7 +5,7 @@ import BgtaskBus
 import BgtaskJSON
 import BgtaskProtocol
 
-/// What the bus service asks of the daemon: one command for each method that is not the apps'.
+/// What the bus service asks of the queue (`QueueDriver`): one command for each method that is not the apps'.
 protocol ServiceCommands: AnyObject {
     /// What start-up has not taken up of the stored queue, taken up now (a call that reads or changes it sees all).
     func takeUpQueue()
@@ -22,11 +22,9 @@ protocol ServiceCommands: AnyObject {
     func reloadPolicy() -> (ok: Bool, said: String)
     var appConditions: Conditions { get }
     var status: DaemonStatus { get }
-    /// The `App*` methods and the ones an app may call (nil: not one of them).
-    func handleApp(_ method: SchedulerMethod, _ call: BusCall, _ who: Caller) -> Result<[BusValue], BusError>?
 }
 
-/// The bus service: a call in, its caller established, a command to the daemon, a reply out. It keeps what the
+/// The bus service: a call in, its caller established, a command to the queue, a reply out. It keeps what the
 /// service alone needs: the exported object, who has called (by unique name), and what a call does once its reply
 /// has gone.
 final class BusService {
@@ -35,8 +33,10 @@ final class BusService {
     var callers: [String: Caller] = [:]
     /// Messages and signals the caller does not wait for, run in the round after the reply.
     var afterReply: [() -> Void] = []
-    /// What each method asks of: the daemon, which sets itself here once it is made.
+    /// What each method asks of: the queue, which the daemon sets here once both are made (and which outlives it).
     unowned var commands: (any ServiceCommands)?
+    /// The `App*` methods and the ones an app may call: the app broker's, which the daemon sets here.
+    unowned var apps: AppBroker?
 
     /// What a sandboxed caller may call besides the `App*` methods (for its own app id): nothing of another app's.
     static let sandboxedMethods: Set<SchedulerMethod> = [.getSupportedResources, .listApps]
@@ -111,7 +111,7 @@ final class BusService {
         switch method {
         case .getSupportedResources, .listApps, .setAppEnabled, .appRegister, .appReady, .appSubmit, .appCancel, .appCancelAll,
              .appPending, .appLaunchReceived, .appComplete, .appProgress, .appUpdateTitle:
-            return d.handleApp(method, call, who) ?? .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
+            return apps?.handle(method, call, who) ?? .failure(SchedulerError.unknownMethod("\(call.method) is not handled"))
         case .submit:
             guard call.args.count == 2, case .dict(let o)? = call.args[0], let argv = call.args[1]?.strings else {
                 return .failure(SchedulerError.invalidArgs("Submit takes \(method.signature)"))

@@ -71,7 +71,7 @@ struct RoundState {
     /// A task began to rest in a new group since the last round: whether zones must be read is asked again then
     /// (a resting task has no supervisor for the loop to ask).
     var newlyResting = false
-    /// Once nothing has run for a while, what start-up or the last run used is given back (`Daemon.release`).
+    /// Once nothing has run for a while, what start-up or the last run used is given back (`QueueDriver.release`).
     var quiet = Memory.QuietSpell()
     /// Supervisors made so far (each command task's run token is unique with it).
     var supervisorsMade = 0
@@ -136,7 +136,7 @@ struct PolicyWarning {
 final class CurrentReadings {
     /// The newest readings from the watcher (before the daemon's own conditions are added).
     var latest: [String: PolicyValue]? { didSet { merged = nil } }
-    /// Dropped whenever the readings or the sleep state change (`Daemon.conditions`).
+    /// Dropped whenever the readings or the sleep state change (`QueueDriver.conditions`).
     var merged: [String: PolicyValue]?
     /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
     var history = ReadingHistory()

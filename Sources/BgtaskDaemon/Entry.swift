@@ -16,7 +16,7 @@ import BgtaskRun
 /// change of conditions can start (waiting for the charger, say) rests instead: it has no entry, its supervisor is
 /// let go, the queue in SQLite holds its row, and the scheduler keeps its id in the group of tasks alike with the
 /// state their supervisors rested on (`Scheduler.rest`). When its class's verdict changes (`Scheduler.wake`), a new
-/// entry's supervisor takes up that state and decides in full (`Daemon.awaken`). 100,000 tasks waiting for power
+/// entry's supervisor takes up that state and decides in full (`QueueDriver.awaken`). 100,000 tasks waiting for power
 /// then cost an id and a time each, and one verdict per class.
 final class Entry {
     var row: QueuedTask

@@ -10,7 +10,7 @@ import BgtaskRun
 
 /// What the listings tell of the queue (`ListPending`, `ListPendingPage`, `ListPendingJSON`, `ListRunning`): the
 /// stored queue read a page at a time, and what the daemon holds of each task looked up.
-extension Daemon {
+extension QueueDriver {
     /// What a listing learns once and tells many tasks: the readings a wait depends on, each reading's estimate,
     /// and the answer for each combination of waits (a page of 2,500 tasks has a few).
     struct LikelyCache {
@@ -41,7 +41,7 @@ extension Daemon {
         if let told = cache.told[mask] { return told }
         var latest: (StartEstimate.Estimate, String)?
         var answer: (at: Double?, text: String)?
-        for (i, w) in Daemon.waits.enumerated() where mask & (1 << i) != 0 {
+        for (i, w) in QueueDriver.waits.enumerated() where mask & (1 << i) != 0 {
             let outcome: StartEstimate.Outcome
             if let c = cache.estimates[w.name] { outcome = c } else {
                 let rows = (try? store.transitions(w.name, since: wall - 56 * 86_400)) ?? []
@@ -204,7 +204,7 @@ extension Daemon {
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
             }
             if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }
-            if let v = apps.roster.views[e.id] ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
+            if let v = host.appTaskView(e.id) ?? (e.row.title.map { AppTaskView(title: $0, subtitle: e.row.subtitle) }) {
                 t.title = v.title
                 t.subtitle = v.subtitle
                 if v.total > 0 { t.progressCompleted = v.completed; t.progressTotal = v.total }

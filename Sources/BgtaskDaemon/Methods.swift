@@ -11,7 +11,7 @@ import BgtaskQueue
 import BgtaskRun
 
 /// The commands the bus service's methods ask for (`BusService` takes the call and gives the reply).
-extension Daemon: ServiceCommands {
+extension QueueDriver: ServiceCommands {
     func takeUpQueue() { restoreAll() }
 
     func pendingAll() -> [PendingTask] { listPending(allListed()) }
@@ -30,11 +30,7 @@ extension Daemon: ServiceCommands {
         return .success(())
     }
 
-    func reloadPolicy() -> (ok: Bool, said: String) {
-        let r = reload()
-        afterRound(conditionsChanged: false)
-        return r
-    }
+    func reloadPolicy() -> (ok: Bool, said: String) { host.reloadPolicy() }
 
     var status: DaemonStatus {
         DaemonStatus(version: bgtaskVersion, pid: UInt32(getpid()), pending: UInt32(queue.waitingCount), running: UInt32(running.count),
@@ -53,7 +49,7 @@ extension Daemon: ServiceCommands {
         guard let kind = TaskKind(rawValue: opts.kind ?? "processing") else { return bad("kind '\(opts.kind ?? "")': one of \(TaskKind.names)") }
         let now = wallClockNow()
         var row = QueuedTask(id: id, kind: kind, argv: argv, submitted: now)
-        row.runID = Daemon.newRunID(id)
+        row.runID = QueueDriver.newRunID(id)
         row.requiresExternalPower = opts.requiresExternalPower ?? false
         row.requiresNetwork = opts.requiresNetwork ?? false
         row.requiresUnmetered = opts.requiresUnmetered ?? false
@@ -108,7 +104,7 @@ extension Daemon: ServiceCommands {
         let replaced = queue.removeWaiting(id) != nil
         add(row)
         // Said and signalled once the reply is on its way: neither is what the caller waits for.
-        service.afterReply.append { [unowned self] in
+        host.afterReply { [unowned self] in
             self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
             self.announce.emit(.taskChanged, [.string(id), .string("pending")])
         }
@@ -124,7 +120,7 @@ extension Daemon: ServiceCommands {
             let row = removed.item?.row ?? restingRow(id)
             _ = try? store.remove(id, state: "pending")
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
-                                  conditions: [:], exitStatus: nil, runID: removed.item?.supervisor.runOptions.runID ?? row.map(Daemon.runID(of:))),
+                                  conditions: [:], exitStatus: nil, runID: removed.item?.supervisor.runOptions.runID ?? row.map(QueueDriver.runID(of:))),
                         task: row?.fields ?? TaskFields(id: id))
             done.append("removed the pending request")
         }

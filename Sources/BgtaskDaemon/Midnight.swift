@@ -13,8 +13,8 @@ import BgtaskRun
 @preconcurrency import CLinux
 
 /// Local midnight: the daily budgets start again.
-extension Daemon {
-    func localDay() -> Int { Daemon.localDay() }
+extension QueueDriver {
+    func localDay() -> Int { QueueDriver.localDay() }
 
     static func localDay() -> Int {
         var t = time_t(wallClockNow())
@@ -55,6 +55,6 @@ extension Daemon {
         for e in inOrder(queue.midnight(now: monotonic(), day: localDay())) where e.isWaiting {
             e.supervisor.reevaluate(now: monotonic())
         }
-        afterRound(conditionsChanged: false)
+        host.actOnChanges()
     }
 }

@@ -14,7 +14,7 @@ import BgtaskRun
 
 /// The queue's entries: taking up the stored queue at start, adding, waking and resting tasks, and the supervisor
 /// of each.
-extension Daemon {
+extension QueueDriver {
     /// A slice of start-up's taking up of the stored queue: pages of this many rows ...
     static let restorePage = 100
     /// ... for at most this long of the loop, so that a call is answered within it (a slice of 500 rows was about
@@ -37,14 +37,14 @@ extension Daemon {
         let shared = evaluator()
         repeat {
             let after = rounds.restoring!.after
-            let rows = (try? store.page(state: "pending", after: after, limit: Daemon.restorePage)) ?? []
+            let rows = (try? store.page(state: "pending", after: after, limit: QueueDriver.restorePage)) ?? []
             // Each story goes on from its last words: a wait told before the restart is not told again.
-            let told = (try? audit.lastDeferrals(of: rows.map { ($0.id, Daemon.runID(of: $0)) })) ?? [:]
+            let told = (try? audit.lastDeferrals(of: rows.map { ($0.id, QueueDriver.runID(of: $0)) })) ?? [:]
             for row in rows where !queue.isWaiting(row.id) {
-                add(row, restored: true, evaluator: shared, told: told[Daemon.runID(of: row)])
+                add(row, restored: true, evaluator: shared, told: told[QueueDriver.runID(of: row)])
             }
-            rounds.restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < Daemon.restorePage)
-        } while !rounds.restoring!.done && monotonic() - started < Daemon.restoreSliceSeconds
+            rounds.restoring = (rows.last.map { ($0.submitted, $0.id) } ?? after, rows.count < QueueDriver.restorePage)
+        } while !rounds.restoring!.done && monotonic() - started < QueueDriver.restoreSliceSeconds
         if rounds.restoring!.done {
             // The audit trail and the readings' history are pruned once the queue is taken up, in a round of their
             // own: before the first slice, a prune of 100,000 entries held the first reply back 100 ms.
@@ -52,7 +52,7 @@ extension Daemon {
                 try? self.audit.prune(now: wallClockNow())
                 try? self.store.pruneTransitions(before: wallClockNow() - ReadingHistory.days * 86_400)
             }
-            if schedulingNext { afterRound(conditionsChanged: false) }
+            if schedulingNext { host.actOnChanges() }
         } else if schedulingNext {
             loop.after(0) { [unowned self] in self.restoreSlice() }
         }
@@ -133,7 +133,7 @@ extension Daemon {
         o.budget = row.budget
         o.cpuMonitor = !row.requiresExternalPower
         // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
-        o.runID = Daemon.runID(of: row)
+        o.runID = QueueDriver.runID(of: row)
         o.earliest = row.earliest.map { mono + ($0 - wall) }
         o.workingDirectory = row.directory
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
@@ -152,9 +152,7 @@ extension Daemon {
         s.slot = { [unowned self] _ in self.queue.slot(for: id) }
         s.onEvent = { [unowned self] s, kind in self.event(s, kind) }
         if !row.isAppTask { s.beforeSpawn = { [unowned self] s in self.recordIntent(s) } }
-        if row.isAppTask { s.app = AppTask(broker: apps, app: row.app, identifier: AppBroker.identifier(of: row.id, app: row.app)) }
-        else if let l = options.launcher { s.launcher = l }
-        else if systemd != nil { s.launcher = self }
+        if row.isAppTask { s.app = host.appTask(for: row) } else { s.launcher = host.launcher }
         return s
     }
 
@@ -164,7 +162,7 @@ extension Daemon {
 
     /// Lets a waiting task's supervisor and entry go if it may rest (see `Supervisor.rest`, `Scheduler.rest`). A new
     /// supervisor carries on the same story: its run id is the stored row's, or made from the row alone
-    /// (`Daemon.runID(of:)`). Its row was written before: the queue's is the one it is woken with.
+    /// (`QueueDriver.runID(of:)`). Its row was written before: the queue's is the one it is woken with.
     @discardableResult
     func rest(_ e: Entry) -> Bool {
         let groups = queue.groupsMade
@@ -179,5 +177,55 @@ extension Daemon {
     /// The row of a resting task that wakes: kept since it began to rest, or read back from the queue.
     func restingRow(_ id: String) -> QueuedTask? {
         rounds.kept.take(id) ?? (try? store.get(id, state: "pending")) ?? nil
+    }
+
+    /// Gives every task the conditions as they are now.
+    func deliver(now: Double) {
+        guard let c = conditions else { queue.account(now: now, day: localDay()); return }
+        queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
+        let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
+        // Resting groups whose class's fast verdict has not changed stay at rest; the rest is decided in full.
+        let woken = queue.wake { shared.verdict($0) }
+        for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
+        // The awake and the woken in submission order, the order in which they may take a slot. A woken task is its
+        // index in `woken` (-1: an awake one): no dictionary of them is made on the way to the first start.
+        var order: [(submitted: Double, id: String, woken: Int)] = queue.awake.values.map { ($0.row.submitted, $0.id, -1) }
+        order.reserveCapacity(order.count + woken.count)
+        for (i, w) in woken.enumerated() { order.append((w.submitted, w.id, i)) }
+        order.sort { ($0.submitted, $0.id) < ($1.submitted, $1.id) }
+        // Tasks woken from one group decide alike: once one of them, decided in full, rests again (on a condition, or
+        // on a slot when the slots are taken), the others of its group rest beside it with no supervisor and no row
+        // read. So a plug that makes 100,000 tasks due starts the first and decides once more, not 100,000 times.
+        var restedLike: [Int: String] = [:]
+        // The rows of the woken that need a supervisor are read back from the queue: those first in line for a slot
+        // one by one, so that a start waits for no batch, then batches that double (to 256) while tasks still need
+        // one; the next of a group usually rests beside the first after one row, and is read alone.
+        var rows: [String: QueuedTask] = [:]
+        let first = max(1, limits.maxRunning)
+        var batch = 1
+        func read(from i: Int) {
+            let n = i < first ? 1 : batch
+            if i >= first { batch = min(256, batch * 2) }
+            let ids = order[i...].lazy.compactMap { o in
+                o.woken >= 0 && restedLike[woken[o.woken].group] == nil && rows[o.id] == nil ? o.id : nil
+            }.prefix(n)
+            for r in (try? store.rows(ids: Array(ids), state: "pending")) ?? [] { rows[r.id] = r }
+        }
+        for (i, o) in order.enumerated() {
+            let e: Entry
+            if o.woken >= 0 {
+                let w = woken[o.woken]
+                if let like = restedLike[w.group], queue.rest(w, like: like) { continue }
+                if rows[o.id] == nil { if let k = rounds.kept.take(o.id) { rows[o.id] = k } else { read(from: i) } }
+                guard let row = rows.removeValue(forKey: o.id) else { continue }   // gone from the file under us: nothing to start
+                e = awaken(row, w.rest)
+                e.supervisor.conditionsChanged(c, now: now, shared: shared)
+                // Not a task whose own previous run still runs: that slot is its alone.
+                if e.row.state != "running", rest(e), running[e.id] == nil { restedLike[w.group] = e.id }
+            } else if let awake = queue.awake[o.id] {
+                awake.supervisor.conditionsChanged(c, now: now, shared: shared)
+                if awake.row.state != "running" { rest(awake) }
+            }
+        }
     }
 }

@@ -14,7 +14,7 @@ import BgtaskRun
 
 /// What happens when runs end: the queue's next step for a run, leftovers ended, what a dead daemon left, and
 /// the daemon's own stop.
-extension Daemon {
+extension QueueDriver {
     /// A task's run is over: retried, rescheduled (`--every`) or removed from the queue.
     func finished(_ e: Entry) {
         if e.row.isAppTask { try? store.saveUsage(day: queue.batteryUse.day, seconds: queue.batteryUse.seconds) }
@@ -31,10 +31,7 @@ extension Daemon {
         }
         // Units included: a manager that crashed leaves its units' processes running.
         if let token = s.runOptions.runToken { endLeftovers(of: e.id, token: token) }
-        if e.row.isAppTask {
-            let expired = apps.taskEnded(e.id, app: e.row.app)
-            if e.row.kind == .continued { presenter.finish(key: e.id, success: status == 0, detail: expired ?? "not completed") }
-        }
+        if e.row.isAppTask { host.appTaskEnded(e, status: status) }
         if !e.row.isAppTask { outputWatch.unwatch(outputPath(e.id)) }
         let wasRunning = e.row.state == "running"
         let request = RunEnd.Request(kind: e.row.kind, retry: e.row.retry, failures: e.row.failures, calendar: e.row.calendar,
@@ -63,7 +60,7 @@ extension Daemon {
             if wasRunning { try store.remove(e.id, state: "running") } else { try store.remove(e.id, state: "pending") }
             // A request submitted while it ran takes precedence over its own rescheduling.
             if let n = next, !queue.isWaiting(n.id) {
-                var r = n.requeued(runID: Daemon.newRunID(n.id))
+                var r = n.requeued(runID: QueueDriver.newRunID(n.id))
                 r.submitted = wallClockNow()
                 try store.put(r)
                 add(r)
@@ -99,7 +96,7 @@ extension Daemon {
             let lost = "bgtaskd was gone while it ran (" + (r.pgid.map { "pid \($0)" } ?? "its start was recorded, its pid not yet") + ")"
             recordEvent(RunEvent(kind: .lost, monotonic: monotonic(), detail: lost, decision: nil, conditions: [:], exitStatus: nil,
                                   runID: r.runID ?? "\(r.id)-recovered"), task: r.fields)
-            if let u = unit, let m = systemd { if r.pgid == nil { m.stopLeftover(u) } else { m.thawLeftover(u) } }
+            if let u = unit, let m = host.units { if r.pgid == nil { m.stopLeftover(u) } else { m.thawLeftover(u) } }
         }
         // All at once, found by process group and by run token: one grace for every task, not one each.
         let ended = RunProcesses.endAll(rows.map { RunProcesses.Target(pgid: $0.pgid ?? 0, childStart: UInt64(max(0, $0.childStart ?? 0)),
@@ -108,8 +105,8 @@ extension Daemon {
         for (i, r) in rows.enumerated() {
             var done = ended[i].description
             if let u = units[i] {
-                if r.pgid == nil { done = systemd == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
-                else { systemd?.forgetLeftover(u) }
+                if r.pgid == nil { done = host.units == nil ? "its unit \(u) could not be reached (no systemd manager now)" : "its unit \(u) was stopped" }
+                else { host.units?.forgetLeftover(u) }
             }
             let requeue = RunEnd.requeuedAfterCrash(kind: r.kind)
             let pendingExists = (try? store.get(r.id, state: "pending")) != nil
@@ -120,21 +117,22 @@ extension Daemon {
             do {
                 try store.remove(r.id, state: "running")
                 if requeue, !pendingExists {
-                    try store.put(r.requeued(runID: r.runID ?? Daemon.newRunID(r.id)))
+                    try store.put(r.requeued(runID: r.runID ?? QueueDriver.newRunID(r.id)))
                 }
             } catch { say("\(r.id): cannot update the queue: \(error)") }
         }
     }
 
     /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running
-    /// unsupervised — all at once, within one grace of at most 5 s (under the unit's TimeoutStopSec=30).
-    func shutdown(signal sig: Int32) {
-        guard !rounds.stopping else { return }
+    /// unsupervised — all at once, within one grace of at most 5 s (under the unit's TimeoutStopSec=30). False: a
+    /// stop is already under way.
+    func stop(signal sig: Int32) -> Bool {
+        guard !rounds.stopping else { return false }
         rounds.stopping = true
         say("stopping (signal \(sig)); \(running.count) running task(s) end and wait in the queue")
         let entries = running.values.sorted { $0.id < $1.id }
         for e in entries {
-            if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unitName { systemd?.stopLeftover(u) }
+            if e.supervisor.pid == nil, let u = e.supervisor.taskProcess?.unitName { host.units?.stopLeftover(u) }
             e.supervisor.taskProcess?.thawForSignal()
         }
         let ended = RunProcesses.endAll(entries.map { e in
@@ -151,16 +149,13 @@ extension Daemon {
             do {
                 try store.remove(e.id, state: "running")
                 if e.row.kind != .refresh, !queue.isWaiting(e.id) {
-                    try store.put(e.row.requeued(runID: e.row.runID ?? Daemon.newRunID(e.id)))
+                    try store.put(e.row.requeued(runID: e.row.runID ?? QueueDriver.newRunID(e.id)))
                 }
             } catch { say("\(e.id): cannot update the queue: \(error)") }
         }
         for e in entries { _ = queue.finish(e.id) }
         writeHistory()
         audit.flush()
-        updateInhibitor()
-        announce.send()
-        bus.flush()
-        loop.quit()
+        return true
     }
 }

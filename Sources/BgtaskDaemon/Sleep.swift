@@ -95,16 +95,16 @@ extension Daemon {
     func watchSleep() {
         guard options.watchSleep else { return }
         sleep.changed = { [unowned self] going, what in
-            self.current.merged = nil   // system.preparing_sleep changed
+            self.driver.preparingSleep = going   // system.preparing_sleep changed
             if going {
-                self.say("the machine is going to \(what): the policy decides for \(self.running.count) running task(s)")
-                self.deliver(now: monotonic())
+                self.say("the machine is going to \(what): the policy decides for \(self.driver.running.count) running task(s)")
+                self.driver.deliver(now: monotonic())
                 self.afterRound(conditionsChanged: true)   // acts and records; the locks go once no task is still expiring
             } else {
                 self.say("resumed from \(what): the queue is looked at anew")
                 // Monotonic deadlines did not advance while asleep: waiting work is supervised again from wall-clock times.
-                self.superviseAllAgain(evaluator: self.evaluator())
-                self.deliver(now: monotonic())
+                self.driver.superviseAllAgain(evaluator: self.driver.evaluator())
+                self.driver.deliver(now: monotonic())
                 self.afterRound(conditionsChanged: true)
             }
         }
@@ -113,10 +113,10 @@ extension Daemon {
 
     /// The delay locks follow what runs: held while a task runs, and on the way to sleep while one still expires.
     func updateInhibitor() {
-        let expiring = running.values.contains { e in
+        let expiring = driver.running.values.contains { e in
             if case .expiring = e.supervisor.machine.phase { return !e.supervisor.isDone }
             return false
         }
-        sleep.update(busy: running.values.contains { !$0.supervisor.isDone }, expiring: expiring, now: monotonic())
+        sleep.update(busy: driver.running.values.contains { !$0.supervisor.isDone }, expiring: expiring, now: monotonic())
     }
 }

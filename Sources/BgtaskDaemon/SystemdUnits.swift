@@ -33,6 +33,10 @@ final class SystemdUnits {
 
     /// Runs its argument on the daemon's loop after this many seconds.
     var after: (Double, @escaping () -> Void) -> Void = { _, f in f() }
+    /// A unit's main process, as systemd told it; a unit's end (after its supervisor is told); what to log.
+    var onMainPID: (Supervisor, pid_t) -> Void = { _, _ in }
+    var onExit: () -> Void = {}
+    var say: (String) -> Void = { _ in }
     /// After the current event (a connection is not closed in its own callback).
     func later(_ f: @escaping () -> Void) { after(0, f) }
 
@@ -462,28 +466,22 @@ final class RunningUnit: TaskHandle {
     }
 }
 
-extension Daemon: TaskLauncher {
+extension SystemdUnits: TaskLauncher {
     /// A command task's start, where a systemd user manager is there: its transient unit. The unit's main process
-    /// goes into the queue's row once systemd says it (crash recovery ends it by process group, as any command);
-    /// its end is the supervisor's child exit.
-    public func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess? {
-        guard let m = systemd, !argv.isEmpty else { return nil }
-        let id = s.id
+    /// goes to `onMainPID` once systemd says it (the queue's row keeps it); its end is the supervisor's child exit,
+    /// then `onExit`.
+    func launch(_ s: Supervisor, argv: [String], background: Bool, directory: String?, environment: [String]) throws -> TaskProcess? {
+        guard !argv.isEmpty else { return nil }
         let unit: RunningUnit
         do {
-            unit = try m.start(id: id, argv: argv, background: background, directory: directory, environment: environment,
-            onMainPID: { [unowned self, unowned s] pid in
-                guard let e = self.running[id], e.supervisor === s else { return }
-                e.row.pgid = pid
-                e.row.childStart = Recovery.startTime(of: pid).map { Int64($0) }
-                do { try self.store.markRunning(e.row) } catch { self.say("\(id): cannot record its start in the queue: \(error)") }
-            },
-            onExit: { [unowned self, unowned s] status in
+            unit = try start(id: s.id, argv: argv, background: background, directory: directory, environment: environment,
+            onMainPID: { [weak self, unowned s] pid in self?.onMainPID(s, pid) },
+            onExit: { [weak self, unowned s] status in
                 s.childExited(waitStatus: status)
-                self.afterRound(conditionsChanged: false)
+                self?.onExit()
             })
         } catch let e as BusError {
-            say("\(id): systemd did not start its unit (\(e.message)); it runs as bgtaskd's child")
+            say("\(s.id): systemd did not start its unit (\(e.message)); it runs as bgtaskd's child")
             return nil
         }
         if let out = s.runOptions.outputPath { OutputFile.noteUnit(out, unit: unit.unitName) }

@@ -106,8 +106,8 @@ final class InProcessDaemon {
 
     /// New readings, as the watcher would deliver them.
     func conditions(_ values: [String: PolicyValue]) {
-        daemon.readings = values
-        daemon.deliver(now: monotonic())
+        daemon.driver.readings = values
+        daemon.driver.deliver(now: monotonic())
         daemon.afterRound(conditionsChanged: true)
     }
 
@@ -129,13 +129,13 @@ final class InProcessDaemon {
         for i in 0..<n {
             var r = QueuedTask(id: "left-\(i)", kind: .processing, argv: ["true"], submitted: 1_000 + Double(i))
             r.requiresExternalPower = true
-            try daemon.store.put(r)
+            try daemon.driver.store.put(r)
         }
     }
 
     /// The running task `id`'s command exits with `status` (a unit's end, as its manager would say it).
     func exit(_ id: String, status: Int32 = 0) {
-        daemon.running[id]?.supervisor.childExited(waitStatus: status << 8)
+        daemon.driver.running[id]?.supervisor.childExited(waitStatus: status << 8)
         settle()
     }
 }
@@ -183,17 +183,17 @@ struct ServiceTests {
         #expect(waiting.first?.command == ["restic", "backup"], "a resting task is listed from its stored row")
         #expect(d.launcher.started.isEmpty)
         // Only the charger can start it: it rests, and its row is the queue's alone (no entry, no supervisor).
-        #expect(d.daemon.queue.isResting("backup") && d.daemon.queue.awake["backup"] == nil && d.daemon.queue.waitingCount == 1)
+        #expect(d.daemon.driver.queue.isResting("backup") && d.daemon.driver.queue.awake["backup"] == nil && d.daemon.driver.queue.waitingCount == 1)
 
         d.conditions(Self.charger)
         let unit = try #require(d.launcher.started["backup"], "not started on the charger")
         #expect(d.launcher.argv["backup"] == ["restic", "backup"])
-        #expect(d.daemon.running["backup"] != nil && !d.daemon.queue.isWaiting("backup"))
+        #expect(d.daemon.driver.running["backup"] != nil && !d.daemon.driver.queue.isWaiting("backup"))
         #expect(try d.pending().isEmpty)
         #expect(try QueueStoreView(d).state("backup") == "running", "the queue says it runs before anything else does")
 
         d.exit("backup", status: 0)
-        #expect(d.daemon.running["backup"] == nil)
+        #expect(d.daemon.driver.running["backup"] == nil)
         #expect(unit.released)
         #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
     }
@@ -212,13 +212,13 @@ struct ServiceTests {
         #expect(d.daemon.loop.iterate(until: { told.count >= 1 }, within: 5), "\(told)")
 
         // The charger: the task is spawned inside the delivery; its signal waits for the round's end.
-        d.daemon.readings = Self.charger
-        d.daemon.deliver(now: monotonic())
+        d.daemon.driver.readings = Self.charger
+        d.daemon.driver.deliver(now: monotonic())
         #expect(d.launcher.started["t"] != nil)
-        #expect(d.daemon.announce.held.map(\.signal) == [.taskChanged])
+        #expect(d.daemon.driver.announce.held.map(\.signal) == [.taskChanged])
         d.daemon.afterRound(conditionsChanged: true)
         #expect(d.daemon.loop.iterate(until: { told.count >= 2 }, within: 5), "\(told)")
-        #expect(d.daemon.announce.held.isEmpty)
+        #expect(d.daemon.driver.announce.held.isEmpty)
 
         d.exit("t")
         #expect(d.daemon.loop.iterate(until: { told.count >= 3 }, within: 5), "\(told)")
@@ -228,21 +228,21 @@ struct ServiceTests {
     @Test("the readings' history of a round that spawned a task is written shortly after it, none of it lost; without a spawn, at once")
     func historyWaitsForASpawnedTask() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
-        func kept() -> [String] { ((try? d.daemon.store.transitions("power.external", since: 0)) ?? []).map(\.value) }
-        d.daemon.recordHistory(Self.onBattery)
+        func kept() -> [String] { ((try? d.daemon.driver.store.transitions("power.external", since: 0)) ?? []).map(\.value) }
+        d.daemon.driver.recordHistory(Self.onBattery)
         #expect(kept() == ["false"], "a round that spawned nothing writes at once")
         var o = SubmitOptions()
         o.requiresExternalPower = true
         _ = try d.submit("t", o).get()
 
-        d.daemon.readings = Self.charger
-        d.daemon.deliver(now: monotonic())
+        d.daemon.driver.readings = Self.charger
+        d.daemon.driver.deliver(now: monotonic())
         #expect(d.launcher.started["t"] != nil)
-        d.daemon.recordHistory(Self.charger)
+        d.daemon.driver.recordHistory(Self.charger)
         d.daemon.afterRound(conditionsChanged: true)
         #expect(kept() == ["false"], "held while the new task gets under way")
         #expect(d.daemon.loop.iterate(until: { kept() == ["false", "true"] }, within: 5), "\(kept())")
-        #expect(d.daemon.rounds.historyDue.isEmpty && !d.daemon.rounds.housekeepingDue)
+        #expect(d.daemon.driver.rounds.historyDue.isEmpty && !d.daemon.driver.rounds.housekeepingDue)
     }
 
     @Test("the first resting tasks in line keep their rows: a plug starts them without reading the queue, a resubmit's row replaces the kept one, a cancel drops it")
@@ -251,11 +251,11 @@ struct ServiceTests {
         var o = SubmitOptions()
         o.requiresExternalPower = true
         for i in 0..<5 { _ = try d.submit("job-\(i)", o, argv: ["echo", "old"]).get() }
-        #expect(d.daemon.queue.restingCount == 5)
-        #expect(d.daemon.rounds.kept.count == 2, "max_running rows a group, not one a task")
+        #expect(d.daemon.driver.queue.restingCount == 5)
+        #expect(d.daemon.driver.rounds.kept.count == 2, "max_running rows a group, not one a task")
         _ = try d.submit("job-0", o, argv: ["echo", "new"]).get()
-        _ = try d.daemon.cancel("job-1", by: "a test").get()
-        #expect(d.daemon.rounds.kept.count == 1, "the resubmitted task's new row is kept, the cancelled one's is gone")
+        _ = try d.daemon.driver.cancel("job-1", by: "a test").get()
+        #expect(d.daemon.driver.rounds.kept.count == 1, "the resubmitted task's new row is kept, the cancelled one's is gone")
 
         d.conditions(Self.charger)
         #expect(d.launcher.started.keys.sorted() == ["job-2", "job-3"], "the first two in line: \(d.launcher.started.keys.sorted())")
@@ -264,13 +264,13 @@ struct ServiceTests {
         d.exit("job-3")
         #expect(d.launcher.started["job-4"] != nil && d.launcher.started["job-1"] == nil)
         #expect(d.launcher.argv["job-0"] == ["echo", "new"], "\(d.launcher.argv)")
-        #expect(d.daemon.rounds.kept.count <= KeptRows.most)
+        #expect(d.daemon.driver.rounds.kept.count <= KeptRows.most)
 
         // A long command is not kept (it is read back when it wakes): the kept rows stay small.
         d.conditions(Self.onBattery)
-        let before = d.daemon.rounds.kept.count
+        let before = d.daemon.driver.rounds.kept.count
         _ = try d.submit("long", o, argv: ["echo", String(repeating: "x", count: KeptRows.largest)]).get()
-        #expect(d.daemon.queue.isResting("long") && d.daemon.rounds.kept.count == before)
+        #expect(d.daemon.driver.queue.isResting("long") && d.daemon.driver.rounds.kept.count == before)
     }
 
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
@@ -279,23 +279,23 @@ struct ServiceTests {
         var o = SubmitOptions()
         o.requiresExternalPower = true
         for i in 0..<40 { _ = try d.submit(String(format: "job-%02d", i), o).get() }
-        #expect(d.daemon.queue.restingCount == 40 && d.daemon.queue.awake.isEmpty)
-        let made = d.daemon.rounds.supervisorsMade
+        #expect(d.daemon.driver.queue.restingCount == 40 && d.daemon.driver.queue.awake.isEmpty)
+        let made = d.daemon.driver.rounds.supervisorsMade
         d.conditions(Self.charger)
         #expect(d.launcher.started.keys.sorted() == ["job-00", "job-01"], "the first two in line start: \(d.launcher.started.keys.sorted())")
-        #expect(d.daemon.queue.awake.isEmpty && d.daemon.queue.restingCount == 38, "the others rest on a slot, no supervisor kept")
-        #expect(d.daemon.rounds.supervisorsMade - made == 3, "a supervisor for each start and one for the rest of the group, not one each: \(d.daemon.rounds.supervisorsMade - made)")
+        #expect(d.daemon.driver.queue.awake.isEmpty && d.daemon.driver.queue.restingCount == 38, "the others rest on a slot, no supervisor kept")
+        #expect(d.daemon.driver.rounds.supervisorsMade - made == 3, "a supervisor for each start and one for the rest of the group, not one each: \(d.daemon.driver.rounds.supervisorsMade - made)")
         let waiting = try #require(try d.pending(PageRange(id: "job-02")).first)
         #expect(waiting.unmet.contains { $0["what"]?.string == "slot" && $0["reason"]?.string?.contains("max_running") == true }, "\(waiting.unmet)")
         #expect(waiting.reason.contains("max_running"), "\(waiting.reason)")
 
         d.exit("job-00")
         #expect(d.launcher.started["job-02"] != nil && d.launcher.started["job-03"] == nil, "a freed slot goes to the next in line, and only one")
-        #expect(d.daemon.queue.restingCount == 37)
+        #expect(d.daemon.driver.queue.restingCount == 37)
 
         // Unplugged: the resting tasks' class no longer runs, so they wake, one decides, and all rest on the charger.
         d.conditions(Self.onBattery)
-        #expect(d.daemon.queue.awake.isEmpty && d.daemon.queue.restingCount == 37)
+        #expect(d.daemon.driver.queue.awake.isEmpty && d.daemon.driver.queue.restingCount == 37)
         let again = try #require(try d.pending(PageRange(id: "job-39")).first)
         #expect(again.reason.contains("external power") && again.rule == "processing.needs-power", "\(again.reason)")
     }
@@ -453,14 +453,14 @@ struct ServiceTests {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         // Rows a previous daemon left, two and a half pages of them.
         try d.storeLeftRows(250)
-        d.daemon.rounds.restoring = nil
-        d.daemon.restoreSlice(schedulingNext: false)
-        let afterOne = d.daemon.queue.waitingCount
-        #expect(afterOne >= Daemon.restorePage && afterOne % Daemon.restorePage == 0 || afterOne == 250, "whole pages: \(afterOne)")
-        #expect(d.daemon.rounds.restoring?.done == (afterOne == 250))
+        d.daemon.driver.rounds.restoring = nil
+        d.daemon.driver.restoreSlice(schedulingNext: false)
+        let afterOne = d.daemon.driver.queue.waitingCount
+        #expect(afterOne >= QueueDriver.restorePage && afterOne % QueueDriver.restorePage == 0 || afterOne == 250, "whole pages: \(afterOne)")
+        #expect(d.daemon.driver.rounds.restoring?.done == (afterOne == 250))
         let listed = try d.pending(PageRange(limit: 1_000))
         #expect(listed.count == 250 && Set(listed.map(\.id)).count == 250, "every row once, across the pages' cursors")
-        #expect(d.daemon.rounds.restoring?.done == true && d.daemon.queue.waitingCount == 250)
+        #expect(d.daemon.driver.rounds.restoring?.done == true && d.daemon.driver.queue.waitingCount == 250)
     }
 
     @Test("a restart, a resume or a reload that leaves a task's wait as it was tells it no second time in the audit trail; a reload that changes its words tells it once")
@@ -468,24 +468,24 @@ struct ServiceTests {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         try d.storeLeftRows(150)
         func deferrals() throws -> [String: Int] {
-            d.daemon.audit.flush()
-            return Dictionary(try d.daemon.audit.entries().filter { $0.event == "deferred" }.map { ($0.taskID, 1) }, uniquingKeysWith: +)
+            d.daemon.driver.audit.flush()
+            return Dictionary(try d.daemon.driver.audit.entries().filter { $0.event == "deferred" }.map { ($0.taskID, 1) }, uniquingKeysWith: +)
         }
         // A daemon before this one took the rows up: each story begins with its wait.
-        d.daemon.rounds.restoring = nil
-        d.daemon.restoreAll()
+        d.daemon.driver.rounds.restoring = nil
+        d.daemon.driver.restoreAll()
         #expect(try deferrals() == Dictionary(uniqueKeysWithValues: (0..<150).map { ("left-\($0)", 1) }))
 
         // The next daemon takes the same rows up anew, with new supervisors: nothing new to tell.
-        for i in 0..<150 { _ = d.daemon.queue.removeWaiting("left-\(i)") }
-        #expect(d.daemon.queue.waitingCount == 0)
-        d.daemon.rounds.restoring = nil
-        d.daemon.restoreAll()
-        #expect(d.daemon.queue.waitingCount == 150)
+        for i in 0..<150 { _ = d.daemon.driver.queue.removeWaiting("left-\(i)") }
+        #expect(d.daemon.driver.queue.waitingCount == 0)
+        d.daemon.driver.rounds.restoring = nil
+        d.daemon.driver.restoreAll()
+        #expect(d.daemon.driver.queue.waitingCount == 150)
         #expect(try deferrals().values.allSatisfy { $0 == 1 }, "a restart told each wait again")
 
         // A resume from sleep, and a reload of the same policy, supervise every task again: still nothing to tell.
-        d.daemon.superviseAllAgain(evaluator: d.daemon.evaluator())
+        d.daemon.driver.superviseAllAgain(evaluator: d.daemon.driver.evaluator())
         #expect(d.daemon.reload().ok)
         #expect(try deferrals().values.allSatisfy { $0 == 1 }, "a resume or a reload told an unchanged wait again")
 
@@ -502,8 +502,8 @@ struct ServiceTests {
     func largeListingsAreLarge() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         try d.storeLeftRows(1_000)
-        d.daemon.rounds.restoring = nil
-        d.daemon.restoreAll()
+        d.daemon.driver.rounds.restoring = nil
+        d.daemon.driver.restoreAll()
         for method in [SchedulerMethod.listPendingJSON, .listPendingPage] {
             let all = try d.call(method, [.dict(PageRange(limit: 1_000).variant)]).get()
             #expect(BusService.isLarge(all.first), "\(method) of 1,000")
@@ -555,8 +555,8 @@ struct QueueStoreView {
     let d: InProcessDaemon
     init(_ d: InProcessDaemon) { self.d = d }
     func state(_ id: String) throws -> String? {
-        if try d.daemon.store.get(id, state: "running") != nil { return "running" }
-        if try d.daemon.store.get(id, state: "pending") != nil { return "pending" }
+        if try d.daemon.driver.store.get(id, state: "running") != nil { return "running" }
+        if try d.daemon.driver.store.get(id, state: "pending") != nil { return "pending" }
         return nil
     }
 }
