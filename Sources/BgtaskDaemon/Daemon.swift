@@ -103,6 +103,7 @@ public final class Daemon {
         // The queue is taken up in slices between calls, so a daemon with 10,000 waiting tasks answers at once.
         say("serving \(SchedulerBus.name) (pid \(getpid()))")
         if let w = configuration.warning { say(w.line) }
+        if let p = driver.files.intents.problem { say("\(p): a start is written to the queue instead") }
         loop.after(0) { [unowned self] in self.driver.restoreSlice() }
         if events.signalFD >= 0 { loop.watch(fd: events.signalFD) { [unowned self] in self.signals() } }
         loop.watch(fd: events.wakeFD) { [unowned self] in

@@ -21,6 +21,8 @@ final class StateFiles {
     let audit: AuditLog
     /// Where decisions also go, for journalctl and log shippers (nothing when journald does not listen).
     let journal = Journal()
+    /// The starts under way, for a crash between a spawn and its running row.
+    let intents: StartIntents
 
     init(_ options: DaemonOptions) throws(DaemonError) {
         do {
@@ -41,6 +43,7 @@ final class StateFiles {
             close(lockFD)
             throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate)
         }
+        intents = StartIntents(directory: directory)
     }
 }
 

@@ -228,6 +228,7 @@ final class QueueDriver {
     /// a journal) beside the bus and watcher threads kept the new task, at idle priority, off both.
     func housekeeping() {
         let now = { [unowned self] in
+            self.files.intents.clear()   // every start so far has its running row
             self.writeHistory()
             OutputFile.prepareSpare(in: self.files.output)
         }
@@ -269,13 +270,14 @@ final class QueueDriver {
             guard let e = queue.awake[id], e.supervisor === s else { return }
             queue.start(id)
             rounds.spawnedThisRound = true
+            let from = e.row.state   // "pending", or "running" when its intent went to the queue
             e.row.state = "running"
             e.row.runID = s.runOptions.runID
             e.row.pgid = s.pid
             e.row.childStart = s.pid.flatMap { Recovery.startTime(of: $0) }.map { Int64($0) }
             e.row.cgroup = s.taskProcess?.containment
             e.row.started = wallClockNow()
-            do { try store.markRunning(e.row) } catch { say("\(id): cannot record its start in the queue: \(error)") }
+            do { try store.markRunning(e.row, from: from) } catch { say("\(id): cannot record its start in the queue: \(error)") }
             if !e.row.isAppTask, s.taskProcess?.unitName == nil { outputWatch.watch(outputPath(id)) }
             announce.emit(.taskChanged, [.string(id), .string("running")])
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
@@ -285,18 +287,23 @@ final class QueueDriver {
         }
     }
 
-    /// Before a command is spawned, the queue says it runs (its run token, no pid yet): a crash at any instant
-    /// after the spawn finds it at the next start, by its token if its pid was never written. If the queue
-    /// cannot be written, nothing is spawned (the request waits to try again), so no restart can run it twice.
+    /// Before a command is spawned, its start is written down (its run token, no pid yet): in `StartIntents`, one
+    /// write, or else in the queue as its running row. A crash at any instant after the spawn finds it at the next
+    /// start, by its token. If neither can be written, nothing is spawned (the request waits to try again), so no
+    /// restart can run it twice.
     func recordIntent(_ s: Supervisor) -> String? {
         guard let e = queue.awake[s.id], e.supervisor === s else { return nil }
         var r = e.row
-        r.state = "running"
         r.runID = s.runOptions.runID
         r.token = s.runOptions.runToken
         r.pgid = nil; r.childStart = nil; r.cgroup = nil
         r.started = wallClockNow()
-        do { try store.markRunning(r) } catch { return "its start cannot be written to the queue (\(error))" }
+        if let runID = r.runID, let token = r.token, files.intents.record(.init(id: r.id, runID: runID, token: token)) == nil {
+            e.row = r   // still pending in the queue: its running row is written once it is spawned (`event`)
+            return nil
+        }
+        r.state = "running"
+        do { try store.markRunning(r, from: "pending") } catch { return "its start cannot be written to the queue (\(error))" }
         e.row = r
         return nil
     }
@@ -307,6 +314,6 @@ final class QueueDriver {
         guard let e = running[s.id], e.supervisor === s else { return }
         e.row.pgid = pid
         e.row.childStart = Recovery.startTime(of: pid).map { Int64($0) }
-        do { try store.markRunning(e.row) } catch { say("\(s.id): cannot record its start in the queue: \(error)") }
+        do { try store.markRunning(e.row, from: "running") } catch { say("\(s.id): cannot record its start in the queue: \(error)") }
     }
 }

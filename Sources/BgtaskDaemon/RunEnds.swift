@@ -88,6 +88,7 @@ extension QueueDriver {
     /// What a daemon that died left running: ended (never left frozen, never run twice at once), recorded,
     /// and re-queued if it is processing work; refresh work is dropped, as on iOS.
     func recoverInterrupted() {
+        replayIntents()
         guard let rows = try? store.all(state: "running"), !rows.isEmpty else { return }
         // A transient unit (its row says `unit NAME`): thawed through systemd first; if its main process was
         // never known, systemd stops the whole unit.
@@ -123,6 +124,21 @@ extension QueueDriver {
         }
     }
 
+    /// Starts a dead daemon had under way whose running row it never wrote (`StartIntents`): into the queue as the
+    /// running rows they were about to become, with no pid, for the recovery that follows. A line whose request is
+    /// gone, or is another request of that id (its run id differs), is no start of the request that waits now.
+    func replayIntents() {
+        for i in files.intents.left() {
+            guard ((try? store.get(i.id, state: "running")) ?? nil) == nil,
+                  var r = (try? store.get(i.id, state: "pending")) ?? nil, QueueDriver.runID(of: r) == i.runID else { continue }
+            r.runID = i.runID
+            r.token = i.token
+            r.pgid = nil; r.childStart = nil; r.cgroup = nil; r.started = nil
+            do { try store.markRunning(r, from: "pending") } catch { say("\(i.id): cannot record its interrupted start: \(error)") }
+        }
+        files.intents.forget()
+    }
+
     /// SIGTERM (logout, `systemctl --user stop`): running work is ended and re-queued, nothing left running
     /// unsupervised — all at once, within one grace of at most 5 s (under the unit's TimeoutStopSec=30). False: a
     /// stop is already under way.
@@ -154,6 +170,7 @@ extension QueueDriver {
             } catch { say("\(e.id): cannot update the queue: \(error)") }
         }
         for e in entries { _ = queue.finish(e.id) }
+        files.intents.clear()
         writeHistory()
         audit.flush()
         return true

@@ -4,6 +4,7 @@
 @testable import BgtaskDaemon
 import BgtaskBus
 import BgtaskConfig
+import BgtaskCore
 import BgtaskPolicy
 import BgtaskProbes
 import BgtaskProtocol
@@ -41,9 +42,12 @@ final class DriverAlone {
     /// Kept, as `InProcessDaemon.kept`: the default context may hold its sources after the test.
     nonisolated(unsafe) static var kept: [(QueueDriver, FakeHost)] = []
 
-    init(policy: String, readings: [String: PolicyValue], leftRunning: QueuedTask? = nil) throws {
+    /// `before`: what is done to the state directory (made, empty) before the driver opens it.
+    init(policy: String, readings: [String: PolicyValue], leftRunning: QueuedTask? = nil, before: (String) throws -> Void = { _ in }) throws {
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-driver-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("state"), withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        try before(dir.appendingPathComponent("state").path)
         let policyFile = dir.appendingPathComponent("policy.toml")
         try policy.write(to: policyFile, atomically: true, encoding: .utf8)
         bus = try PrivateBus()
@@ -108,6 +112,78 @@ struct QueueDriverTests {
         a.driver.audit.flush()
         let told = try a.driver.audit.entries(run: "sync-run").map(\.detail)
         #expect(told.contains { $0.contains("could not be reached (no systemd manager now)") }, "\(told)")
+    }
+
+    @Test("a start written to `starting` whose running row was never written (a crash between them): replayed at the next start, its command found by its token and ended, the processing request queued again")
+    func startIntentReplayed() throws {
+        var r = QueuedTask(id: "sync", kind: .processing, argv: ["true"], submitted: 1_000)
+        r.runID = "sync-run"
+        r.earliest = wallClockNow() + 7200
+        let a = try DriverAlone(policy: "", readings: ServiceTests.onBattery)
+        try a.driver.store.put(r)
+        let token = "4242-1-1700000000-intent"
+        #expect(a.driver.files.intents.record(.init(id: "sync", runID: "sync-run", token: token)) == nil)
+        // The command the dead daemon spawned: it carries the token, and nothing else knows its pid.
+        // It waits on its stdin, not in an exec of its own: its environment is readable throughout.
+        let orphan = try Child("/bin/sh", ["-c", "echo ready; read x"], environment: Child.environment([RunProcesses.variable: token, "LD_PRELOAD": nil]),
+                               stdin: true)
+        defer { orphan.stop() }
+        #expect(orphan.line(within: 10) == "ready")
+        #expect(RunProcesses.find(token) == [orphan.process.processIdentifier], "the orphan is there to be found")
+
+        a.driver.recoverInterrupted()
+        #expect(orphan.waitExit(within: 15) != nil, "the first copy runs on")
+        #expect(try a.driver.store.all(state: "running").isEmpty)
+        #expect(try a.driver.store.get("sync", state: "pending")?.runID == "sync-run", "processing work is queued again, its story one")
+        a.driver.audit.flush()
+        let told = try a.driver.audit.entries(run: "sync-run").map(\.detail)
+        #expect(told.contains { $0.contains("its start was recorded, its pid not yet") }, "\(told)")
+        #expect(told.contains { $0.contains("queued again") }, "\(told)")
+        #expect(a.driver.files.intents.left().isEmpty, "replayed once")
+    }
+
+    @Test("a line in `starting` for another request of that id (its run id differs), or for a request that is gone, changes nothing")
+    func staleStartIntentIgnored() throws {
+        var r = QueuedTask(id: "sync", kind: .refresh, argv: ["true"], submitted: 1_000)
+        r.runID = "sync-second"
+        let a = try DriverAlone(policy: "", readings: ServiceTests.onBattery)
+        try a.driver.store.put(r)
+        #expect(a.driver.files.intents.record(.init(id: "sync", runID: "sync-first", token: "t1")) == nil)
+        #expect(a.driver.files.intents.record(.init(id: "gone", runID: "gone-run", token: "t2")) == nil)
+        #expect(a.driver.files.intents.left().count == 2)
+        a.driver.recoverInterrupted()
+        #expect(try a.driver.store.get("sync", state: "pending") == r, "the refresh request waits as it was (not dropped)")
+        #expect(try a.driver.store.all(state: "running").isEmpty)
+        #expect(a.driver.files.intents.left().isEmpty)
+    }
+
+    @Test("a start's line holds no tab or line break: such an identifier is refused by the file (the queue takes the start instead), and a damaged line is left out")
+    func startIntentLines() throws {
+        let a = try DriverAlone(policy: "", readings: ServiceTests.onBattery)
+        let intents = a.driver.files.intents
+        #expect(intents.record(.init(id: "a\tb", runID: "r", token: "t")) != nil)
+        #expect(intents.record(.init(id: "ok", runID: "r\n", token: "t")) != nil)
+        #expect(intents.left().isEmpty)
+        #expect(intents.record(.init(id: "ok", runID: "r", token: "t")) == nil)
+        let fd = open(intents.path, O_WRONLY | O_APPEND)
+        _ = "half a line\n\t\t\n".withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+        #expect(intents.left() == [.init(id: "ok", runID: "r", token: "t")])
+        intents.clear()
+        #expect(intents.left().isEmpty)
+    }
+
+    @Test("a FIFO where `starting` should be: said, and each start is written to the queue as its running row instead; the task still starts")
+    func startIntentsOnAFIFO() throws {
+        let a = try DriverAlone(policy: ServiceTests.fastPower, readings: ServiceTests.onBattery) { state in
+            guard mkfifo(state + "/" + StartIntents.file, 0o600) == 0 else { throw DaemonTestFailure("mkfifo: \(errno)") }
+        }
+        let problem = try #require(a.driver.files.intents.problem)
+        #expect(problem.contains("/starting") && problem.contains("FIFO"), "\(problem)")
+        _ = try a.submit("backup", requiresPower: true).get()
+        a.driver.readingsChanged(ServiceTests.charger)
+        #expect(a.host.fakeLauncher.started["backup"] != nil)
+        #expect(try a.driver.store.get("backup", state: "running")?.token != nil, "its start is in the queue, with its token")
     }
 
     @Test("a caller that leaves is forgotten by the queue's submit rate and by the host's bus service")
