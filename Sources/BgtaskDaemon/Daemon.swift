@@ -166,25 +166,4 @@ public final class Daemon {
         bus.flush()
         loop.quit()
     }
-
-    /// SIGHUP, a file changed, or `bgtask policy reload`: the policy is read again; a broken file keeps the last
-    /// good policy in force, and says so. Returns whether it loaded, and what changed (or why not).
-    @discardableResult
-    func reload() -> (ok: Bool, said: String) {
-        let sources = Daemon.policySources(options)
-        let (p, errors) = PolicyLayers.load(sources)
-        if !errors.isEmpty {
-            let w = PolicyWarning(what: "the policy does not load (the last good policy stays in force)", errors: errors)
-            configuration.warning = w
-            say(w.line)
-            return (false, w.text)
-        }
-        configuration.warning = nil
-        let changes = p.changes(from: driver.policy)
-        driver.policyChanged(p)
-        // Which files are in force now: for the journal reader, and for a test to know it sees its own file's reload.
-        let files = "policy reloaded: " + sources.map(\.name).joined(separator: ", ")
-        say(files)
-        return (true, files + "\n" + (changes.isEmpty ? "nothing changed" : changes.joined(separator: "\n")))
-    }
 }
