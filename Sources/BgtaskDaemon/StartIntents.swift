@@ -52,7 +52,8 @@ final class StartIntents {
         let n = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard n == line.count else {
             let why = n < 0 ? String(cString: strerror(errno)) : "a short write"
-            // A partial line is no intent: the file starts again empty, and the start is refused.
+            // A partial line is no intent: the file starts again empty (every earlier start has its running row by
+            // now), and the start goes to the queue instead.
             _ = ftruncate(fd, 0)
             return "\(path): \(why)"
         }
@@ -62,9 +63,8 @@ final class StartIntents {
 
     /// Every start has its running row (or did not happen): nothing to replay.
     func clear() {
-        guard written, fd >= 0 else { return }
-        written = false
-        _ = ftruncate(fd, 0)
+        guard written else { return }
+        forget()
     }
 
     /// The starts a previous daemon left; a line that is not three fields is left out.
@@ -77,9 +77,9 @@ final class StartIntents {
         }
     }
 
-    /// After a replay: the next starts are this daemon's.
+    /// After a replay (or a clear): the next starts are this daemon's.
     func forget() {
-        written = true
-        clear()
+        written = false
+        if fd >= 0 { _ = ftruncate(fd, 0) }
     }
 }

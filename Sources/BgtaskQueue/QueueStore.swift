@@ -355,15 +355,14 @@ public final class QueueStore: @unchecked Sendable {
     /// process group, start time, containment, when). The rest of the row is the stored one: nothing changes a
     /// request's other columns while it waits. A row not there (taken from the file under us) is written whole.
     public func markRunning(_ t: QueuedTask, from state: String = "pending") throws {
-        // One UPDATE of six columns, prepared once and kept: this write is on the way from a charger plug to the
-        // task's start, and the DELETE and 30-column INSERT it replaces took twice as long.
+        // One UPDATE of six columns, prepared once and kept: this write may be on the way from a charger plug to
+        // the task's start (a DELETE and a 30-column INSERT took 0.14 ms inside bgtaskd, this 0.12).
         let run: [(any DatabaseValueConvertible)?] = [t.runID, t.token, t.pgid, t.childStart, t.cgroup?.description, t.started, t.id, state]
         try transaction { db in
             try db.cachedStatement(sql: QueueStore.startSQL).execute(arguments: StatementArguments(run))
             guard db.changesCount == 0 else { return }
             var r = t
             r.state = "running"
-            try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [t.id, state])
             try db.cachedStatement(sql: QueueStore.putSQL).execute(arguments: StatementArguments(r.values))
         }
     }

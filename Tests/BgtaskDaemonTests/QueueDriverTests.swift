@@ -184,6 +184,7 @@ struct QueueDriverTests {
         a.driver.readingsChanged(ServiceTests.charger)
         #expect(a.host.fakeLauncher.started["backup"] != nil)
         #expect(try a.driver.store.get("backup", state: "running")?.token != nil, "its start is in the queue, with its token")
+        #expect(a.driver.files.intents.left().isEmpty, "a FIFO is not read (it would wait for a writer): nothing to replay")
     }
 
     @Test("a caller that leaves is forgotten by the queue's submit rate and by the host's bus service")

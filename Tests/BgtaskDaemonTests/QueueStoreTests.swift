@@ -38,5 +38,18 @@ struct QueueStoreTests {
         running.state = "running"
         #expect(try store.get("m3", state: "pending") == nil)
         #expect(try store.get("m3", state: "running") == running)
+        // What is learnt of the run since (its pid) goes to its running row only: a request of that id submitted
+        // while it runs stays pending as it was.
+        try store.put(many[3])
+        running.pgid = 4242
+        running.childStart = 99
+        try store.markRunning(running, from: "running")
+        #expect(try store.get("m3", state: "running") == running)
+        #expect(try store.get("m3", state: "pending") == many[3])
+        // A row not there (taken from the file under us) is written whole.
+        try store.markRunning(many[5], from: "running")
+        var fifth = many[5]
+        fifth.state = "running"
+        #expect(try store.get("m5", state: "running") == fifth)
     }
 }

@@ -106,8 +106,7 @@ final class InProcessDaemon {
 
     /// New readings, as the watcher would deliver them.
     func conditions(_ values: [String: PolicyValue]) {
-        daemon.driver.readings = values
-        daemon.driver.deliver(now: monotonic())
+        daemon.driver.readingsChanged(values)
         daemon.afterRound(conditionsChanged: true)
     }
 
