@@ -1,6 +1,7 @@
 # bgtask: build, test, install. `make`, `make check`, `make install DESTDIR=… PREFIX=/usr`, `make uninstall`.
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
+LIBEXECDIR ?= $(PREFIX)/libexec
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
 DOCDIR     ?= $(DATADIR)/doc/bgtask
@@ -20,14 +21,18 @@ SWIFT      ?= swift
 LLD        := $(firstword $(wildcard $(dir $(shell command -v $(SWIFT) 2>/dev/null))ld.lld) $(shell command -v ld.lld 2>/dev/null))
 LINKFLAGS  ?= $(if $(LLD),-Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic)
 SWIFTFLAGS ?= -c release --static-swift-stdlib $(LINKFLAGS)
+# `bgtask` is a front in Embedded Swift (Sources/bgtask-front): no Swift runtime to link, statically or not.
+FRONTFLAGS ?= -c release $(LINKFLAGS)
 BUILD      := .build/release
-PRODUCTS   := bgtask bgtaskd
+# The full CLI, installed as $(LIBEXECDIR)/bgtask/bgtask-cli, and the daemon; the front is bin/bgtask.
+PRODUCTS   := bgtask-cli bgtaskd
 GEN        := .build/install-gen
 
 .PHONY: all swiftflags check check-vm install uninstall clean-gen man completions deb
 
 all:
 	for p in $(PRODUCTS); do $(SWIFT) build $(SWIFTFLAGS) --product $$p || exit 1; done
+	$(SWIFT) build $(FRONTFLAGS) --product bgtask
 
 # What the release build is built with (scripts/bench.sh builds the benchmark the same way).
 swiftflags:
@@ -47,7 +52,7 @@ MANDATE  := $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%d)
 
 man: all
 	rm -rf $(GEN)/man && mkdir -p $(GEN)/man
-	python3 scripts/man-pages.py $(GEN)/man $(MANDATE) "$$($(BUILD)/bgtask --version)" $(addprefix $(BUILD)/,$(PRODUCTS))
+	python3 scripts/man-pages.py $(GEN)/man $(MANDATE) "$$($(BUILD)/bgtask --version)" $(BUILD)/bgtask $(BUILD)/bgtaskd
 	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 $(DOCDIR) > $(GEN)/man/bgtask-policy.5
 
 completions: all
@@ -55,8 +60,9 @@ completions: all
 	python3 scripts/completions.py $(BUILD)/bgtask $(GEN)/completions
 
 install: all man completions
-	install -d $(DESTDIR)$(BINDIR)
-	for p in $(PRODUCTS); do install -m 0755 $(BUILD)/$$p $(DESTDIR)$(BINDIR)/$$p && strip $(DESTDIR)$(BINDIR)/$$p; done
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR)/bgtask
+	for p in bgtask bgtaskd; do install -m 0755 $(BUILD)/$$p $(DESTDIR)$(BINDIR)/$$p && strip $(DESTDIR)$(BINDIR)/$$p; done
+	install -m 0755 $(BUILD)/bgtask-cli $(DESTDIR)$(LIBEXECDIR)/bgtask/bgtask-cli && strip $(DESTDIR)$(LIBEXECDIR)/bgtask/bgtask-cli
 	install -d $(DESTDIR)$(DATADIR)/bgtask/policies
 	install -m 0644 Policies/*.toml $(DESTDIR)$(DATADIR)/bgtask/policies/
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
@@ -74,7 +80,8 @@ install: all man completions
 	install -D -m 0644 data/policy.d-README $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PRODUCTS))
+	rm -f $(DESTDIR)$(BINDIR)/bgtask $(DESTDIR)$(BINDIR)/bgtaskd
+	rm -rf $(DESTDIR)$(LIBEXECDIR)/bgtask
 	rm -rf $(DESTDIR)$(DATADIR)/bgtask
 	rm -f $(DESTDIR)$(MANDIR)/man1/bgtask.1 $(DESTDIR)$(MANDIR)/man1/bgtask-*.1 $(DESTDIR)$(MANDIR)/man1/bgtaskd.1 $(DESTDIR)$(MANDIR)/man5/bgtask-policy.5
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish

@@ -93,11 +93,19 @@ let package = Package(
         .executableTarget(name: "Exporter", dependencies: ["BackgroundTasks"], path: "Examples/Exporter",
                           swiftSettings: [.swiftLanguageMode(.v5)]),
 
-        .executableTarget(name: "bgtask", dependencies: ["BgtaskProtocol", 
+        // sd-bus's header, for `bgtask`'s front only (the rest of bgtask speaks GDBus); libsystemd is opened at run time.
+        .systemLibrary(name: "CSdBus", path: "Sources/CSdBus", providers: [.apt(["libsystemd-dev"])]),
+        // `bgtask`: a front of a few KB in Embedded Swift (no runtime to start) that makes a plain `bgtask submit`
+        // one sd-bus call and hands every other command, unchanged, to the full CLI (`bgtask-cli`): scripts that
+        // queue work pay a process start like `at`'s, not the CLI's 60 MB one. docs/architecture.md.
+        .executableTarget(name: "bgtask", dependencies: ["CSdBus"], path: "Sources/bgtask-front",
+                          swiftSettings: [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo"])],
+                          plugins: ["BgtaskProtocolPlugin"]),
+        .executableTarget(name: "bgtask-cli", dependencies: ["BgtaskProtocol", 
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
             "CICUNoData", "CLinux", "BgtaskQueue",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], path: "Sources/bgtask"),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
         .target(name: "BgtaskTestSupport", dependencies: ["CUMockdev", "BgtaskProbes", "CLinux"], path: "Tests/Support", exclude: ["dbusmock"]),
         .executableTarget(name: "bgtask-bench", dependencies: ["BgtaskProtocol", "BgtaskProbes", "BgtaskPolicy", "BgtaskAudit", "BgtaskTestSupport",

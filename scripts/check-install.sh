@@ -8,7 +8,7 @@ root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 make install DESTDIR="$root" PREFIX=/usr >/dev/null
 fail() { echo "check-install: $*" >&2; exit 1; }
-for f in usr/bin/bgtask usr/bin/bgtaskd usr/share/bgtask/policies/default.toml usr/share/man/man1/bgtask.1 \
+for f in usr/bin/bgtask usr/bin/bgtaskd usr/libexec/bgtask/bgtask-cli usr/share/bgtask/policies/default.toml usr/share/man/man1/bgtask.1 \
          usr/share/man/man1/bgtask-run.1 usr/share/man/man1/bgtask-submit.1 usr/share/man/man1/bgtask-policy-check.1 \
          usr/share/man/man1/bgtaskd.1 usr/share/man/man5/bgtask-policy.5 usr/share/bash-completion/completions/bgtask \
          usr/share/zsh/site-functions/_bgtask usr/share/fish/vendor_completions.d/bgtask.fish \
@@ -25,7 +25,12 @@ HOME="$home" make install PREFIX="$home/.local" >/dev/null
 grep -q "^ExecStart=$home/.local/bin/bgtaskd\$" "$home/.local/share/systemd/user/bgtaskd.service" || fail "home prefix: the user unit"
 [[ -f "$home/.local/share/dbus-1/services/io.github.bgtask.Scheduler1.service" ]] || fail "home prefix: the activation file"
 "$home/.local/bin/bgtask" policy check >/dev/null || fail "home prefix: the installed bgtask"
-file "$root/usr/bin/bgtask" 2>/dev/null | grep -q "not stripped" && fail "bgtask is not stripped"
+for b in usr/bin/bgtask usr/bin/bgtaskd usr/libexec/bgtask/bgtask-cli; do
+  file "$root/$b" 2>/dev/null | grep -q "not stripped" && fail "$b is not stripped"
+done
+# The front hands every command but a plain submit to the full CLI in libexec: both find it where installed.
+[[ $("$root/usr/bin/bgtask" --version) == $("$root/usr/libexec/bgtask/bgtask-cli" --version) ]] || fail "bgtask --version: the front does not reach bgtask-cli"
+[[ $("$home/.local/bin/bgtask" --version) == $("$root/usr/bin/bgtask" --version) ]] || fail "home prefix: the front does not reach bgtask-cli"
 # Every page renders without a warning from groff (man --warnings), and has the sections every page has.
 pages=0
 for page in "$root"/usr/share/man/man1/*.1 "$root"/usr/share/man/man5/*.5; do
@@ -71,8 +76,11 @@ fi
 show=$(env -u BGTASK_POLICY_DIR "$root/usr/bin/bgtask" policy show 2>&1) || fail "policy show: $show"
 grep -q "$root/usr/share/bgtask/policies/default.toml" <<<"$show" || grep -q "share/bgtask/policies/default.toml" <<<"$show" || fail "policies not found under the prefix: $(head -3 <<<"$show")"
 "$root/usr/bin/bgtaskd" --version >/dev/null || fail "bgtaskd --version"
-size=$(du -m "$root/usr/bin/bgtask" | cut -f1)
+size=$(du -m "$root/usr/libexec/bgtask/bgtask-cli" | cut -f1)
+front=$(du -k "$root/usr/bin/bgtask" | cut -f1)
 # Issue 11's goal; over it means the empty ICU package (Sources/CICUNoData) no longer replaces Foundation's data,
 # e.g. a toolchain with another ICU version (then set BGTASK_ICU_VERSION in Package.swift's cSettings).
-(( size <= 40 )) || fail "the installed bgtask is ${size} MB, over 40 MB"
-echo "check-install: ok (bgtask ${size} MB stripped; $pages man pages render and link; completions load)"
+(( size <= 40 )) || fail "the installed bgtask-cli is ${size} MB, over 40 MB"
+# The front stays a front: Embedded Swift of a few KB, no Swift runtime linked in.
+(( front <= 512 )) || fail "the installed bgtask (the front) is ${front} KB, over 512 KB"
+echo "check-install: ok (bgtask ${front} KB and bgtask-cli ${size} MB stripped; $pages man pages render and link; completions load)"

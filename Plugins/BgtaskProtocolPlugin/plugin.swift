@@ -7,9 +7,11 @@ import PackagePlugin
 struct BgtaskProtocolPlugin: BuildToolPlugin {
     func createBuildCommands(context: PluginContext, target: Target) throws -> [Command] {
         let xml = context.package.directoryURL.appending(path: "data/io.github.bgtask.Scheduler1.xml")
-        let out = context.pluginWorkDirectoryURL.appending(path: "SchedulerProtocol.swift")
-        return [.buildCommand(displayName: "Generating the scheduler's D-Bus protocol from \(xml.lastPathComponent)",
+        // `bgtask`'s front is Embedded Swift: it gets the names and typed keys only (no BusValue).
+        let names = target.name == "bgtask"
+        let out = context.pluginWorkDirectoryURL.appending(path: names ? "SchedulerNames.swift" : "SchedulerProtocol.swift")
+        return [.buildCommand(displayName: "Generating the scheduler's D-Bus \(names ? "names" : "protocol") from \(xml.lastPathComponent)",
                               executable: try context.tool(named: "bgtask-protocol-gen").url,
-                              arguments: [xml.path, out.path], inputFiles: [xml], outputFiles: [out])]
+                              arguments: (names ? ["--names"] : []) + [xml.path, out.path], inputFiles: [xml], outputFiles: [out])]
     }
 }

@@ -21,7 +21,8 @@ public enum PolicySource: Sendable, Equatable {
 
 /// Finds and reads the policy layers. The policy module does no I/O; this is where files are read.
 public enum PolicyLayers {
-    /// The shipped files: BGTASK_POLICY_DIR, else `<prefix>/share/bgtask/policies` beside the binary,
+    /// The shipped files: BGTASK_POLICY_DIR, else `<prefix>/share/bgtask/policies` beside the binary (in
+    /// `<prefix>/bin`, or `<prefix>/libexec/bgtask` for the full CLI behind `bgtask`'s front),
     /// else the `Policies/` of the source tree a development build runs from; nil when none is found
     /// (a binary installed alone), and then the built-in default is all there is of that layer.
     public static var shippedDirectory: String? {
@@ -31,7 +32,9 @@ public enum PolicyLayers {
         guard n > 0 else { return nil }
         var dir = String(decoding: exe[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
         dir = String(dir[..<(dir.lastIndex(of: "/") ?? dir.endIndex)])
-        if isFile(dir + "/../share/bgtask/policies/default.toml") { return canonical(dir + "/../share/bgtask/policies") }
+        for up in ["/..", "/../.."] where isFile(dir + up + "/share/bgtask/policies/default.toml") {
+            return canonical(dir + up + "/share/bgtask/policies")
+        }
         var up = dir
         for _ in 0..<5 {
             if isFile(up + "/Policies/default.toml") { return canonical(up + "/Policies") }

@@ -8,14 +8,20 @@ import Testing
 struct HardeningTests {
     func writeFile(_ path: String, _ text: String) throws { try text.write(toFile: path, atomically: false, encoding: .utf8) }
 
-    @Test("a binary installed alone keeps the default policy and the task's own requirements; policy show says built-in")
+    @Test("a binary installed alone keeps the default policy and the task's own requirements; policy show says built-in; the front alone names what it lacks")
     func binaryInstalledAlone() throws {
         let p = try PolicyEnv(fixture: "power/03-dell-xps15-discharging.umockdev")
         let bin = p.dir.appendingPathComponent("bin")
         try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
-        let alone = bin.appendingPathComponent("bgtask").path
-        try FileManager.default.copyItem(atPath: Child.bgtaskPath, toPath: alone)
         let env = p.environment(preload: false, ["BGTASK_POLICY_DIR": nil])
+        // `bgtask` copied without the full CLI it hands commands to: exit 127 and the name of what is missing.
+        let front = bin.appendingPathComponent("bgtask").path
+        try FileManager.default.copyItem(atPath: Child.bgtaskPath, toPath: front)
+        let lost = try Child.run(front, ["status"], environment: env)
+        #expect(lost.0 == 127 && lost.2.contains("cannot find bgtask-cli"), "\(lost)")
+        // The full CLI alone, with no shipped policies beside it.
+        let alone = bin.appendingPathComponent("bgtask-cli").path
+        try FileManager.default.copyItem(atPath: Child.bgtaskCLIPath, toPath: alone)
         let r = try Child.run(alone, ["run", "--requires-external-power", "--no-wait", "--", "true"], environment: env)
         #expect(r.0 == 75, "\(r.2)")
         let line = try powerRuleLine()

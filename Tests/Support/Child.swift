@@ -175,6 +175,11 @@ public final class Child: @unchecked Sendable {
         URL(fileURLWithPath: bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtaskd").path
     }
 
+    /// The full CLI beside `bgtask` (its front hands it every command but a plain submit).
+    public static var bgtaskCLIPath: String {
+        URL(fileURLWithPath: bgtaskPath).deletingLastPathComponent().appendingPathComponent("bgtask-cli").path
+    }
+
     /// The built `bgtask` beside the running test or benchmark binary (or `BGTASK_BIN`).
     public static var bgtaskPath: String {
         if let p = ProcessInfo.processInfo.environment["BGTASK_BIN"] { return p }

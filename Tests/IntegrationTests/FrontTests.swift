@@ -1,0 +1,78 @@
+import BgtaskTestSupport
+import Foundation
+import Testing
+
+/// `bgtask`'s front (Sources/bgtask-front): a plain submit is its own sd-bus call, everything else the full CLI's.
+extension UmockdevIntegrationTests {
+    /// A pending entry without what differs between two submissions of the same request.
+    static func request(_ entry: [String: Any]) -> NSDictionary {
+        var e = entry
+        // Times of submission, and what is said of them (an estimate from "now").
+        for k in e.keys where k.hasPrefix("submitted") || k.hasPrefix("next") || k == "likely" { e[k] = nil }
+        return e as NSDictionary
+    }
+
+    @Test("the front queues exactly what the full CLI queues for every option it takes itself (kind, flags, id or none, --json)")
+    func frontQueuesWhatTheCLIQueues() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        let cases: [[String]] = [
+            ["--requires-external-power", "--", "echo", "one", "two"],
+            ["--id", "backup.home", "--kind", "refresh", "--requires-external-power", "--", "true"],
+            ["--id=x_1:2@3+4", "--kind=continued", "--requires-external-power", "--cpu-heavy", "echo"],
+            ["--ignore-idle", "--requires-network", "--unmetered", "--requires-external-power", "/bin/echo", "--not-an-option-of-ours"],
+            ["--user-initiated", "--kind", "regular", "--requires-external-power", "--json", "--", "-dash-command"],
+        ]
+        for args in cases {
+            let (s1, o1, e1) = try d.bgtask(["submit"] + args)
+            #expect(s1 == 0, "front \(args): \(e1)")
+            let front = try d.pending()
+            #expect(try d.bgtask(["cancel", "--all"]).0 == 0)
+            let (s2, o2, e2) = try Child.run(Child.bgtaskCLIPath, ["submit"] + args, environment: d.env, deadline: 30)
+            #expect(s2 == 0, "cli \(args): \(e2)")
+            let cli = try d.pending()
+            #expect(try d.bgtask(["cancel", "--all"]).0 == 0)
+            #expect(o1 == o2, "\(args): the front printed \(o1), the CLI \(o2)")
+            #expect(front.count == 1 && cli.count == 1)
+            if let f = front.first, let c = cli.first {
+                #expect(Self.request(f) == Self.request(c), "\(args): the front queued \(f), the CLI \(c)")
+            }
+        }
+    }
+
+    @Test("the front hands the rest to the full CLI unchanged: other commands, submit options it does not take, identifiers it does not vouch for, refusals")
+    func frontHandsTheRestOver() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("60-limit.toml", "[daemon]\nmax_pending_per_app = 2\n")
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        let version = try d.bgtask(["--version"])
+        let cliVersion = try Child.run(Child.bgtaskCLIPath, ["--version"], environment: d.env, deadline: 30)
+        #expect(version.0 == 0 && version.1 == cliVersion.1)
+        // Options only the CLI takes, and an identifier outside the front's plain characters: queued by the CLI.
+        #expect(try d.bgtask(["submit", "--id", "nightly", "--earliest", "2h", "--retry", "2", "--", "true"]).0 == 0)
+        #expect(try d.bgtask(["submit", "--id", "café report", "--requires-external-power", "--", "true"]).0 == 0)
+        let ids = Set(try d.pending().compactMap { $0["id"] as? String })
+        #expect(ids == ["nightly", "café report"])
+        // A word given twice and a misplaced value are the CLI's to word.
+        for (args, words) in [(["submit", "--json", "--json", "--", "true"], ""), (["submit", "--id", "--json", "--", "true"], "--id")] {
+            let front = try d.bgtask(args)
+            let cli = try Child.run(Child.bgtaskCLIPath, args, environment: d.env, deadline: 30)
+            #expect(front.0 == cli.0 && front.2 == cli.2, "\(args): \(front) vs \(cli)")
+            #expect(words.isEmpty || front.2.contains(words))
+        }
+        // bgtaskd refuses a third request (max_pending_per_app = 2): nothing was queued, and the CLI's own attempt
+        // says why, with its exit status, as the CLI alone does.
+        let args = ["submit", "--id", "third", "--requires-external-power", "--json", "--", "true"]
+        let refused = try d.bgtask(args)
+        let direct = try Child.run(Child.bgtaskCLIPath, args, environment: d.env, deadline: 30)
+        #expect(refused.0 == 75 && refused.2.contains("max_pending_per_app"), "\(refused)")
+        #expect(refused.0 == direct.0 && refused.1 == direct.1 && refused.2 == direct.2)
+        #expect(Set(try d.pending().compactMap { $0["id"] as? String }) == ids)
+    }
+}
