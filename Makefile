@@ -20,9 +20,11 @@ SWIFT      ?= swift
 # must agree on the flags, or the second would rebuild everything.
 LLD        := $(firstword $(wildcard $(dir $(shell command -v $(SWIFT) 2>/dev/null))ld.lld) $(shell command -v ld.lld 2>/dev/null))
 LINKFLAGS  ?= $(if $(LLD),-Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic)
-SWIFTFLAGS ?= -c release --static-swift-stdlib $(LINKFLAGS)
+# No $ORIGIN run path: nothing is shipped beside the binaries, and each library they load was first looked for in
+# $ORIGIN and its glibc-hwcaps directories (53 failed look-ups at every start of the CLI).
+SWIFTFLAGS ?= -c release --static-swift-stdlib --disable-local-rpath $(LINKFLAGS)
 # `bgtask` is a front in Embedded Swift (Sources/bgtask-front): no Swift runtime to link, statically or not.
-FRONTFLAGS ?= -c release $(LINKFLAGS)
+FRONTFLAGS ?= -c release --disable-local-rpath $(LINKFLAGS)
 BUILD      := .build/release
 # The full CLI, installed as $(LIBEXECDIR)/bgtask/bgtask-cli, and the daemon; the front is bin/bgtask.
 PRODUCTS   := bgtask-cli bgtaskd

@@ -87,6 +87,15 @@ final class BusService {
         }
     }
 
+    /// What followed the replies already sent (`afterReply`): run by the round after them, or first thing when a
+    /// call comes before that round, so that every call finds the queue as the replies before it left it.
+    func followUps() {
+        guard !afterReply.isEmpty else { return }
+        let due = afterReply
+        afterReply = []
+        for f in due { f() }
+    }
+
     func handle(_ call: BusCall) -> Result<[BusValue], BusError> {
         switch caller(of: call) {
         case .failure(let e): return .failure(e)
@@ -96,6 +105,7 @@ final class BusService {
 
     /// A call from a caller already identified: request in, command, reply out.
     func handle(_ call: BusCall, from who: Caller) -> Result<[BusValue], BusError> {
+        followUps()
         guard let d = commands else { return .failure(SchedulerError.unavailable("bgtaskd is not serving yet")) }
         // GDBus checked the arguments' types against the interface before this runs; an unknown name is refused too.
         guard let method = SchedulerMethod(rawValue: call.method) else { return .failure(SchedulerError.unknownMethod("no method \(call.method)")) }

@@ -86,6 +86,17 @@ struct Caller {
 struct CallerCheck {
     let proc = "/proc"
 
+    /// bgtaskd's own user namespace, read once: a process changes it only by setns(2) or unshare(2), which bgtaskd
+    /// never calls.
+    static let ownUserNamespace = CallerCheck().namespace("/proc/self/ns/user")
+
+    /// Whether the kernel runs AppArmor, read once. Without it no process carries an AppArmor label (a snap's
+    /// included), and the two reads of `/proc/PID/attr` per new caller are skipped.
+    static let apparmor: Bool = {
+        if case .success(let s) = FileIO.read("/sys/module/apparmor/parameters/enabled", limit: 16) { return s.hasPrefix("Y") }
+        return false
+    }()
+
     func identify(_ creds: PeerCredentials?, receivedAt: UInt64?) -> Result<Caller, Unidentified> {
         guard let c = creds else { return .failure(Unidentified("the bus did not say who the caller is")) }
         guard let uid = c.uid else { return .failure(Unidentified("the bus did not give the caller's uid")) }
@@ -105,11 +116,11 @@ struct CallerCheck {
         }
         let info = FileIO.readBytes("\(proc)/\(pid)/root/.flatpak-info", limit: 64 * 1024)
         let theirs = namespace("\(proc)/\(pid)/ns/user")
-        let label = c.securityLabel ?? apparmorLabel(pid)
+        let label = c.securityLabel ?? (CallerCheck.apparmor ? apparmorLabel(pid) : nil)
         // Read while alive: with the pidfd not yet readable, /proc/PID was the caller's all along.
         guard !exited(pidfd) else { return .failure(Unidentified("the caller (pid \(pid)) exited before its call was handled")) }
         return Sandbox.classify(flatpakInfo: info, securityLabel: label, userNamespace: theirs,
-                                ownUserNamespace: namespace("\(proc)/self/ns/user"))
+                                ownUserNamespace: CallerCheck.ownUserNamespace)
             .map { Caller(uid: uid, pid: pid, sandbox: $0) }
     }
 

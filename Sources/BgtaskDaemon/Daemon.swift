@@ -118,11 +118,7 @@ public final class Daemon {
 
     /// After every round of events: the replies' follow-ups, the queue's round, the delay locks, the next timer.
     func afterRound(conditionsChanged: Bool) {
-        if !service.afterReply.isEmpty {
-            let due = service.afterReply
-            service.afterReply = []
-            for f in due { f() }
-        }
+        service.followUps()
         let now = monotonic()
         driver.settle(now: now)
         let sups = driver.supervisors

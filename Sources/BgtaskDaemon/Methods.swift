@@ -102,9 +102,12 @@ extension QueueDriver: ServiceCommands {
             return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)"))
         }
         let replaced = queue.removeWaiting(id) != nil
-        add(row)
-        // Said and signalled once the reply is on its way: neither is what the caller waits for.
+        // In the queue now; its first verdict (the policy's evaluation, its "waiting" line, its rest), what it says
+        // and its signal follow the reply, before the next call is handled (`BusService.followUps`): the caller
+        // waits for none of them, and stored is queued.
+        let entry = add(row, decide: false)
         host.afterReply { [unowned self] in
+            if queue.awake[id] === entry { decide(entry) }
             self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
             self.announce.emit(.taskChanged, [.string(id), .string("pending")])
         }

@@ -66,16 +66,21 @@ extension QueueDriver {
     /// Starts supervising a pending request (its machine waits until the policy and the limits allow it); `told`:
     /// its story's last words, when a supervisor before this one told its wait.
     @discardableResult
-    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil, told: String? = nil) -> Entry {
+    func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil, told: String? = nil, decide: Bool = true) -> Entry {
         rounds.kept.take(row.id)   // a row kept for it while it rested is not the one it has now
         let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
         if let t = told { e.supervisor.continues(told: t) }
         queue.add(job(of: row), e)
-        if let c = conditions, let shared = evaluator ?? self.evaluator() {
-            e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
-            rest(e)
-        }
+        if decide { self.decide(e, evaluator: evaluator) }
         return e
+    }
+
+    /// A new entry's first verdict on the readings (it may begin to rest). Done in `add`, or for a Submit just after
+    /// its reply (`decide: false`): the caller does not wait for it.
+    func decide(_ e: Entry, evaluator: Policy.Evaluator? = nil) {
+        guard let c = conditions, let shared = evaluator ?? self.evaluator() else { return }
+        e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
+        rest(e)
     }
 
     func job(of row: QueuedTask) -> Scheduler<Entry, Supervisor.Rest>.Job {

@@ -80,11 +80,13 @@ final class DriverAlone {
 extension DefaultContextTests {
 @Suite("the queue driven alone (QueueDriver): no bus service, broker, systemd or presenter, only a host that writes down what it is asked")
 struct QueueDriverTests {
-    @Test("a charger task rests on battery, starts through the host's launcher when the charger comes, and leaves the queue once its round ends it")
+    @Test("a charger task is queued when Submit replies and rests on battery once the reply's follow-up has decided it, starts through the host's launcher when the charger comes, and leaves the queue once its round ends it")
     func chargerTaskThroughTheHost() throws {
         let a = try DriverAlone(policy: ServiceTests.fastPower, readings: ServiceTests.onBattery)
         _ = try a.submit("backup", requiresPower: true).get()
-        #expect(a.host.replies.count == 1, "the submitted line and signal wait for the reply")
+        #expect(a.host.replies.count == 1, "its first verdict, the submitted line and the signal wait for the reply")
+        #expect(a.driver.queue.awake["backup"] != nil && a.driver.queue.isWaiting("backup"), "queued, not yet decided, when the reply goes")
+        a.host.replies.forEach { $0() }
         #expect(a.driver.queue.awake["backup"] == nil && a.driver.queue.isWaiting("backup"), "resting: no supervisor while it waits for power")
         #expect(a.host.fakeLauncher.started.isEmpty)
 

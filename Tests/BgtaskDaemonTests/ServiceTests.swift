@@ -197,6 +197,26 @@ struct ServiceTests {
         #expect(try QueueStoreView(d).state("backup") == nil, "a finished request leaves the queue")
     }
 
+    @Test("Submit replies before its task's first verdict; a call that comes before the round after it finds the task decided")
+    func submitDecidesAfterItsReply() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.id = "backup"
+        o.requiresExternalPower = true
+        let service = d.daemon.service
+        let reply = service.handle(BusCall(sender: ":1.42", method: SchedulerMethod.submit.rawValue, args: [.dict(o.variant), .strings(["true"])],
+                                           signature: SchedulerMethod.submit.signature), from: InProcessDaemon.user)
+        #expect((try reply.get()).first?.string == "backup")
+        #expect(d.daemon.driver.queue.awake["backup"] != nil && !service.afterReply.isEmpty, "queued, its verdict to follow the reply")
+        // The next call, with no round between: the follow-up runs first.
+        let listed = try service.handle(BusCall(sender: ":1.43", method: SchedulerMethod.listPendingPage.rawValue, args: [.dict(PageRange().variant)],
+                                                signature: SchedulerMethod.listPendingPage.signature), from: InProcessDaemon.user).get()
+        guard case .dicts(let list)? = listed.first else { throw DaemonTestFailure("ListPendingPage replied \(listed)") }
+        let task = try #require(try list.map { d throws(ProtocolError) in try PendingTask(variant: d) }.first)
+        #expect(task.rule == "processing.needs-power" && task.reason.contains("external power"), "\(task)")
+        #expect(service.afterReply.isEmpty && d.daemon.driver.queue.isResting("backup"))
+    }
+
     @Test("TaskChanged is sent once the round that made it is done, and in order: pending, running, finished")
     func taskChangedAfterTheRound() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
