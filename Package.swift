@@ -93,12 +93,12 @@ let package = Package(
         .executableTarget(name: "Exporter", dependencies: ["BackgroundTasks"], path: "Examples/Exporter",
                           swiftSettings: [.swiftLanguageMode(.v5)]),
 
-        // sd-bus's header, for `bgtask`'s front only (the rest of bgtask speaks GDBus); libsystemd is opened at run time.
-        .systemLibrary(name: "CSdBus", path: "Sources/CSdBus", providers: [.apt(["libsystemd-dev"])]),
+        // The libc `bgtask`'s front calls (Embedded Swift imports no Glibc module).
+        .systemLibrary(name: "CFront", path: "Sources/CFront"),
         // `bgtask`: a front of a few KB in Embedded Swift (no runtime to start) that makes a plain `bgtask submit`
-        // one sd-bus call and hands every other command, unchanged, to the full CLI (`bgtask-cli`): scripts that
-        // queue work pay a process start like `at`'s, not the CLI's 60 MB one. docs/architecture.md.
-        .executableTarget(name: "bgtask", dependencies: ["CSdBus"], path: "Sources/bgtask-front",
+        // one call on the session bus and hands every other command, unchanged, to the full CLI (`bgtask-cli`):
+        // scripts that queue work pay a process start like `at`'s, not the CLI's 60 MB one. docs/architecture.md.
+        .executableTarget(name: "bgtask", dependencies: ["CFront"], path: "Sources/bgtask-front",
                           swiftSettings: [.enableExperimentalFeature("Embedded"), .unsafeFlags(["-wmo"])],
                           plugins: ["BgtaskProtocolPlugin"]),
         .executableTarget(name: "bgtask-cli", dependencies: ["BgtaskProtocol", 

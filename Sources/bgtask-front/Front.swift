@@ -1,4 +1,4 @@
-// `bgtask`: the command people and scripts type. A plain `bgtask submit` is one sd-bus call made here; every other
+// `bgtask`: the command people and scripts type. A plain `bgtask submit` is one call on the session bus made here; every other
 // command, and any submit this does not fully understand, is handed unchanged (argv and all) to the full CLI,
 // `bgtask-cli`, which parses, validates and words every message as it always has.
 //
@@ -9,7 +9,7 @@
 // What keeps the two in step: this acts only on words whose meaning it knows exactly (a subset of submit's options,
 // an identifier of plain characters); on anything else, and on any refusal from bgtaskd (an error reply means
 // nothing was queued), it hands over, and the full CLI does the whole submit again and says what it says.
-import CSdBus
+import CFront
 
 @main
 struct Front {

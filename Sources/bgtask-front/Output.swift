@@ -1,4 +1,4 @@
-import CSdBus
+import CFront
 
 /// What the front writes, byte for byte as the CLI writes it (`out`, `err` and BgtaskJSON's quoting), each
 /// message in one write(2).
@@ -47,7 +47,7 @@ struct Output {
     func write(to fd: Int32) {
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBufferPointer { CSdBus.write(fd, $0.baseAddress! + done, bytes.count - done) }
+            let n = bytes.withUnsafeBufferPointer { CFront.write(fd, $0.baseAddress! + done, bytes.count - done) }
             if n < 0 && bgt_front_errno() == EINTR { continue }
             if n <= 0 { return }
             done += n

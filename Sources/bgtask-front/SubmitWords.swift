@@ -1,4 +1,4 @@
-import CSdBus
+import CFront
 
 /// `bgtask submit [OPTIONS] [--] COMMAND [ARGS...]` when every option is one whose meaning is exact here: the flags,
 /// `--kind` with a kind's name, `--id` with an identifier of plain characters, `--json`. Anything else (a time,
@@ -89,68 +89,76 @@ struct SubmitWords {
 
     /// Sends the request and, on success, prints the id and exits 0. Returns when it did not reach bgtaskd or bgtaskd
     /// refused it (nothing was queued either way): the caller hands over, and the CLI does it again and words it.
-    mutating func send() {
-        guard let sd = SdBus() else { return }
-        var bus: OpaquePointer?
-        guard sd.openUser(&bus) >= 0 else { return }
-        var m: OpaquePointer?
-        guard sd.newMethodCall(bus, &m, Self.c(SchedulerNames.bus), Self.c(SchedulerNames.path),
-                                             Self.c(SchedulerNames.interface), Self.c(SchedulerMethods.Submit.name)) >= 0,
-              let message = m, build(message, sd) else { return }
-        var error = sd_bus_error()
-        var reply: OpaquePointer?
-        let r = sd.call(bus, message, 0, &error, &reply)
-        if r < 0 {
-            // Sent, and then no answer: it may be queued, so it is not sent again. The CLI's words and status.
-            if let name = error.name, strcmp(name, "org.freedesktop.DBus.Error.NoReply") == 0 || strcmp(name, "org.freedesktop.DBus.Error.Timeout") == 0
-                || -r == ETIMEDOUT || -r == ECONNRESET || -r == ENOTCONN {
-                let why = error.message ?? UnsafePointer(strerror(-r))!
-                Output.error("bgtaskd is not reachable on the session bus (", why,
+    func send() {
+        guard let bus = SessionBus.connect() else { return }
+        defer { close(bus.fd) }
+        guard bus.authenticate() else { return }
+        // BEGIN, Hello and the call in one write: the bus answers Hello, then (after a NameAcquired signal) the call.
+        var out = Array("BEGIN\r\n".utf8)
+        out.append(contentsOf: Message.call(serial: 1, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                            interface: "org.freedesktop.DBus", member: "Hello", signature: nil) { _ in })
+        out.append(contentsOf: Message.call(serial: 2, destination: SchedulerNames.bus, path: SchedulerNames.path,
+                                            interface: SchedulerNames.interface, member: SchedulerMethods.Submit.name,
+                                            signature: SchedulerMethods.Submit.signature) { build(&$0) })
+        // A write cut short leaves the bus a message it never completes, so never delivers: nothing was queued.
+        guard bus.send(out) else { return }
+        while true {
+            guard let m = Received.read(from: bus.fd) else {
+                // Sent, and then no answer: it may be queued, so it is not sent again. The CLI's words and status.
+                Output.error("bgtaskd is not reachable on the session bus (", "no reply, or the connection was lost",
                              "); start it with `systemctl --user start bgtaskd` or run `bgtaskd`", status: 69, json: json)
             }
-            return
+            // Hello refused: the bus closes the connection without delivering the call.
+            if m.replySerial == 1, m.type == Received.error { return }
+            guard m.replySerial == 2 else { continue }
+            // The bus gave up waiting for bgtaskd's answer: it may be queued, so it is not sent again.
+            if m.type == Received.error, let name = m.errorName, Self.noAnswer.contains(where: { $0 == name }) {
+                Output.error("bgtaskd is not reachable on the session bus (", "it did not answer in time",
+                             "); start it with `systemctl --user start bgtaskd` or run `bgtaskd`", status: 69, json: json)
+            }
+            // Refused by bgtaskd or the bus (no daemon to start, …): nothing was queued.
+            if m.type == Received.error { return }
+            guard m.type == Received.methodReturn, var id = m.firstString else {
+                Output.error("bgtaskd's answer to Submit could not be read (", "not a string", ")", status: 69, json: json)
+            }
+            id.append(0)
+            id.withUnsafeBufferPointer { p in
+                p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count) { Output.id($0, json: json) }
+            }
+            exit(0)
         }
-        var id: UnsafePointer<CChar>?
-        guard sd.readBasic(reply, CChar(UInt8(ascii: "s")), &id) >= 0, let given = id else { return }
-        Output.id(given, json: json)
-        exit(0)
     }
+
+    /// The bus's errors for a call it delivered and saw no answer to.
+    static let noAnswer: [[UInt8]] = [Array("org.freedesktop.DBus.Error.NoReply".utf8), Array("org.freedesktop.DBus.Error.TimedOut".utf8),
+                                      Array("org.freedesktop.DBus.Error.Timeout".utf8)]
 
     /// Submit's (a{sv} options, as command), as the CLI sends it: every flag, the kind, the directory.
-    func build(_ m: OpaquePointer, _ sd: SdBus) -> Bool {
-        var ok = sd.openContainer(m, CChar(UInt8(ascii: "a")), "{sv}") >= 0
-        if let id { ok = ok && Self.append(m, sd, SubmitOptionsKeys.id, id) }
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.kind, kindName)
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.requiresExternalPower, power)
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.requiresNetwork, network)
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.requiresUnmetered, unmetered)
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.cpuHeavy, cpuHeavy)
-        ok = ok && Self.append(m, sd, SubmitOptionsKeys.userInitiated, userInitiated || strcmp(kindName, "continued") == 0)
-        if let cwd = getcwd(nil, 0) {
-            ok = ok && Self.append(m, sd, SubmitOptionsKeys.directory, UnsafePointer(cwd))
-            free(cwd)
+    func build(_ m: inout Message) {
+        m.array(alignment: 8) { d in
+            if let id { Self.entry(&d, SubmitOptionsKeys.id, id) }
+            Self.entry(&d, SubmitOptionsKeys.kind, kindName)
+            Self.entry(&d, SubmitOptionsKeys.requiresExternalPower, power)
+            Self.entry(&d, SubmitOptionsKeys.requiresNetwork, network)
+            Self.entry(&d, SubmitOptionsKeys.requiresUnmetered, unmetered)
+            Self.entry(&d, SubmitOptionsKeys.cpuHeavy, cpuHeavy)
+            Self.entry(&d, SubmitOptionsKeys.userInitiated, userInitiated || strcmp(kindName, "continued") == 0)
+            if let cwd = getcwd(nil, 0) {
+                Self.entry(&d, SubmitOptionsKeys.directory, UnsafePointer(cwd))
+                free(cwd)
+            }
         }
-        ok = ok && sd.closeContainer(m) >= 0
-        ok = ok && sd.openContainer(m, CChar(UInt8(ascii: "a")), "s") >= 0
-        for i in commandStart..<argc { ok = ok && sd.appendBasic(m, CChar(UInt8(ascii: "s")), argv[i]) >= 0 }
-        return ok && sd.closeContainer(m) >= 0
+        m.array(alignment: 4) { a in
+            for i in commandStart..<argc { a.string(UnsafePointer(argv[i]!)) }
+        }
     }
 
-    static func append(_ m: OpaquePointer, _ sd: SdBus, _ key: Key<String>, _ value: UnsafePointer<CChar>) -> Bool {
-        entry(m, sd, key.name, key.signature) { sd.appendBasic(m, CChar(UInt8(ascii: "s")), value) }
+    /// A dictionary entry {sv}: at a multiple of 8, the key, the value's signature, the value.
+    static func entry(_ d: inout Message, _ key: Key<String>, _ value: UnsafePointer<CChar>) {
+        d.pad(8); d.string(key.name); d.signature(key.signature); d.string(value)
     }
 
-    static func append(_ m: OpaquePointer, _ sd: SdBus, _ key: Key<Bool>, _ value: Bool) -> Bool {
-        var b: Int32 = value ? 1 : 0
-        return entry(m, sd, key.name, key.signature) { sd.appendBasic(m, CChar(UInt8(ascii: "b")), &b) }
-    }
-
-    static func entry(_ m: OpaquePointer, _ sd: SdBus, _ name: StaticString, _ signature: StaticString, _ value: () -> Int32) -> Bool {
-        sd.openContainer(m, CChar(UInt8(ascii: "e")), "sv") >= 0
-            && sd.appendBasic(m, CChar(UInt8(ascii: "s")), c(name)) >= 0
-            && sd.openContainer(m, CChar(UInt8(ascii: "v")), c(signature)) >= 0
-            && value() >= 0
-            && sd.closeContainer(m) >= 0
-            && sd.closeContainer(m) >= 0
+    static func entry(_ d: inout Message, _ key: Key<Bool>, _ value: Bool) {
+        d.pad(8); d.string(key.name); d.signature(key.signature); d.bool(value)
     }
 }

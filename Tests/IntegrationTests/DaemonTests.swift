@@ -18,8 +18,9 @@ final class SessionDaemon {
 
     /// `system`: a private system bus (mocked logind) for the daemon; without one it runs `--no-dbus`.
     /// `daemonEnv`: for the daemon only; `extraEnv`: for the daemon and every `bgtask` call.
-    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil, daemonEnv: [String: String] = [:], extraEnv: [String: String] = [:]) throws {
-        bus = try PrivateBus()
+    init(policy: PolicyEnv, preload: Bool, system: PrivateBus? = nil, session: PrivateBus? = nil, daemonEnv: [String: String] = [:],
+         extraEnv: [String: String] = [:]) throws {
+        bus = try session ?? PrivateBus()
         env = policy.environment(preload: preload, ["DBUS_SESSION_BUS_ADDRESS": bus.address, "DBUS_SYSTEM_BUS_ADDRESS": system?.address])
             .merging(extraEnv) { $1 }
         self.daemonEnv = daemonEnv

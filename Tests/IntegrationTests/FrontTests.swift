@@ -75,4 +75,46 @@ extension UmockdevIntegrationTests {
         #expect(refused.0 == direct.0 && refused.1 == direct.1 && refused.2 == direct.2)
         #expect(Set(try d.pending().compactMap { $0["id"] as? String }) == ids)
     }
+
+    @Test("the front speaks the bus itself at every address form it takes: unix:abstract, unix:path with %-escapes, an unusable entry first, $XDG_RUNTIME_DIR/bus when no address is set")
+    func frontFindsTheBus() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        // A front alone: handing over would fail (127), so a queued request is the front's own.
+        let alone = p.dir.appendingPathComponent("front-alone")
+        try FileManager.default.createDirectory(at: alone, withIntermediateDirectories: true)
+        let front = alone.appendingPathComponent("bgtask").path
+        try FileManager.default.copyItem(atPath: Child.bgtaskPath, toPath: front)
+        func submit(_ id: String, _ env: [String: String]) throws {
+            let r = try Child.run(front, ["submit", "--id", id, "--requires-external-power", "--", "true"], environment: env, deadline: 30)
+            #expect(r.0 == 0 && r.1 == id + "\n", "\(id): \(r)")
+        }
+        func escaped(_ s: String) -> String { s.replacingOccurrences(of: "/", with: "%2f") }
+
+        let abstractName = "/tmp/bgtask-front-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let abstractBus = try PrivateBus(listen: "unix:abstract=\(abstractName)")
+        let a = try SessionDaemon(policy: p, preload: true, session: abstractBus)
+        try submit("abstract", a.env)
+        try submit("escaped", a.env.merging(["DBUS_SESSION_BUS_ADDRESS": "unix:abstract=\(escaped(abstractName))"]) { $1 })
+        try submit("second", a.env.merging(["DBUS_SESSION_BUS_ADDRESS": "tcp:host=127.0.0.1,port=1;unix:abstract=\(abstractName)"]) { $1 })
+        #expect(Set(try a.pending().compactMap { $0["id"] as? String }) == ["abstract", "escaped", "second"])
+        a.daemon?.stop()
+
+        // A socket in the file system, found as $XDG_RUNTIME_DIR/bus (a second daemon on the same state: the queue
+        // it takes up holds the first one's requests too).
+        let b = try SessionDaemon(policy: p, preload: true)
+        let path = try #require(b.bus.address.split(separator: ",").first.flatMap { $0.hasPrefix("unix:path=") ? String($0.dropFirst(10)) : nil },
+                                "dbus-daemon's session default here is a path: \(b.bus.address)")
+        let run = p.dir.appendingPathComponent("run-\(getpid())")
+        try FileManager.default.createDirectory(at: run, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: run.appendingPathComponent("bus").path, withDestinationPath: path)
+        var env = b.env
+        env["DBUS_SESSION_BUS_ADDRESS"] = nil
+        env["XDG_RUNTIME_DIR"] = run.path
+        try submit("runtime", env)
+        try submit("path", b.env.merging(["DBUS_SESSION_BUS_ADDRESS": "unix:path=\(escaped(path))"]) { $1 })
+        #expect(Set(try b.pending().compactMap { $0["id"] as? String }) == ["abstract", "escaped", "second", "runtime", "path"])
+    }
 }

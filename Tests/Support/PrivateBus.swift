@@ -6,8 +6,9 @@ public final class PrivateBus {
     public let address: String
     let daemon: Child
 
-    public init() throws {
-        daemon = try Child("/usr/bin/dbus-daemon", ["--session", "--nofork", "--print-address=1"],
+    /// `listen`: an address for dbus-daemon to listen on (`unix:abstract=…`), else its session default.
+    public init(listen: String? = nil) throws {
+        daemon = try Child("/usr/bin/dbus-daemon", ["--session", "--nofork", "--print-address=1"] + (listen.map { ["--address=\($0)"] } ?? []),
                            environment: Child.environment(["LD_PRELOAD": nil, "UMOCKDEV_DIR": nil]))
         guard let addr = daemon.line(within: 10), addr.hasPrefix("unix:") else {
             daemon.stop()
