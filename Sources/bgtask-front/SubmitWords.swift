@@ -8,6 +8,8 @@ struct SubmitWords {
     var kind: UnsafePointer<CChar>?
     var ignoreIdle = false, power = false, network = false, unmetered = false, cpuHeavy = false, userInitiated = false
     var json = false
+    /// The working directory (getcwd's, freed at exit).
+    var directory: UnsafeMutablePointer<CChar>
     /// The command: argv[commandStart..<argc].
     let argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
     var commandStart = 0, argc = 0
@@ -45,6 +47,11 @@ struct SubmitWords {
         // No command, an empty one, or --unmetered alone: the CLI's usage errors.
         guard start >= 0, start < argc, let first = argv[start], first[0] != 0 else { return nil }
         if unmetered && !network { return nil }
+        // Words the bus would refuse as strings (not UTF-8), and a working directory that is one, are the CLI's.
+        for k in start..<argc where !Self.validUTF8(argv[k]!) { return nil }
+        guard let cwd = getcwd(nil, 0) else { return nil }
+        guard Self.validUTF8(cwd) else { free(cwd); return nil }
+        directory = cwd
         self.argv = argv
         self.argc = argc
         commandStart = start
@@ -75,6 +82,32 @@ struct SubmitWords {
             if !ok { return false }
         }
         return true
+    }
+
+    /// Whether `s` is UTF-8 as D-Bus requires of a string (no overlong forms, no surrogates, nothing past U+10FFFF).
+    /// A word that is not — a file name in another encoding — is handed over: the bus would drop the connection.
+    static func validUTF8(_ s: UnsafePointer<CChar>) -> Bool {
+        var i = 0
+        while true {
+            let b0 = UInt8(bitPattern: s[i])
+            if b0 == 0 { return true }
+            if b0 < 0x80 { i += 1; continue }
+            let n: Int, low: UInt32
+            switch b0 {
+            case 0xC2...0xDF: n = 1; low = 0x80
+            case 0xE0...0xEF: n = 2; low = 0x800
+            case 0xF0...0xF4: n = 3; low = 0x10000
+            default: return false
+            }
+            var v = UInt32(b0) & (0x3F >> UInt32(n))
+            for k in 1...n {
+                let b = UInt8(bitPattern: s[i + k])
+                guard b & 0xC0 == 0x80 else { return false }   // the NUL at the end stops here too
+                v = v << 6 | UInt32(b & 0x3F)
+            }
+            guard v >= low, v <= 0x10FFFF, !(0xD800...0xDFFF).contains(v) else { return false }
+            i += n + 1
+        }
     }
 
     static func c(_ s: StaticString) -> UnsafePointer<CChar> {
@@ -143,10 +176,7 @@ struct SubmitWords {
             Self.entry(&d, SubmitOptionsKeys.requiresUnmetered, unmetered)
             Self.entry(&d, SubmitOptionsKeys.cpuHeavy, cpuHeavy)
             Self.entry(&d, SubmitOptionsKeys.userInitiated, userInitiated || strcmp(kindName, "continued") == 0)
-            if let cwd = getcwd(nil, 0) {
-                Self.entry(&d, SubmitOptionsKeys.directory, UnsafePointer(cwd))
-                free(cwd)
-            }
+            Self.entry(&d, SubmitOptionsKeys.directory, UnsafePointer(directory))
         }
         m.array(alignment: 4) { a in
             for i in commandStart..<argc { a.string(UnsafePointer(argv[i]!)) }

@@ -54,6 +54,13 @@ extension UmockdevIntegrationTests {
         let version = try d.bgtask(["--version"])
         let cliVersion = try Child.run(Child.bgtaskCLIPath, ["--version"], environment: d.env, deadline: 30)
         #expect(version.0 == 0 && version.1 == cliVersion.1)
+        // A word that is not UTF-8 (a file name in another encoding): the bus would refuse it as a string, so the CLI
+        // sends it, as it always has.
+        let latin1 = try Child.run("/bin/sh", ["-c", "exec \"$0\" submit --id latin1 --requires-external-power -- echo \"$(printf 'caf\\351')\"",
+                                               Child.bgtaskPath], environment: d.env, deadline: 30)
+        #expect(latin1.0 == 0 && latin1.1 == "latin1\n", "\(latin1)")
+        #expect(try d.pending().first { $0["id"] as? String == "latin1" }?["command"] as? [String] == ["echo", "caf\u{FFFD}"])
+        #expect(try d.bgtask(["cancel", "latin1"]).0 == 0)
         // Options only the CLI takes, and an identifier outside the front's plain characters: queued by the CLI.
         #expect(try d.bgtask(["submit", "--id", "nightly", "--earliest", "2h", "--retry", "2", "--", "true"]).0 == 0)
         #expect(try d.bgtask(["submit", "--id", "café report", "--requires-external-power", "--", "true"]).0 == 0)
