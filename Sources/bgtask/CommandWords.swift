@@ -8,7 +8,13 @@ enum CommandWords {
         // The parser leaves every word from the first one it does not know to the command, --help included.
         if words.first == "--help" || words.first == "-h" { throw CleanExit.helpRequest(subcommand) }
         let afterTerminator = words.first == "--"
-        let command = afterTerminator ? Array(words.dropFirst()) : words
+        var command = afterTerminator ? Array(words.dropFirst()) : words
+        // `main` gave the parser the words up to the first `--` and one more (`Run.fullCommand`: all after it). That
+        // `--` came before the command: the command is all of it. It came after the command's first word, as one of
+        // the command's own (`git log -- FILE`): the words the parser took, then the rest.
+        if let full = Bgtask.Run.fullCommand {
+            command = afterTerminator ? full : command + full.dropFirst()
+        }
         guard let first = command.first, !first.isEmpty else { throw ValidationError("no command given: \(usage)") }
         if !afterTerminator, first.hasPrefix("-") {
             throw ValidationError("Unknown option '\(first)' (a command whose name starts with - goes after --)")

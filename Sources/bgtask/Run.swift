@@ -46,7 +46,7 @@ extension Bgtask {
         func run() throws {
             let policy = try layers.load().policy
             let task = taskOptions.task(command: command)
-            var options = RunOptions(argv: Run.fullCommand ?? command, task: task, probe: probe.probeOptions.applying(policy.settings))
+            var options = RunOptions(argv: command, task: task, probe: probe.probeOptions.applying(policy.settings))
             options.noWait = noWait
             options.maxWait = maxWait?.seconds
             options.budget = taskOptions.budget?.seconds
@@ -74,8 +74,8 @@ extension Bgtask {
             throw ExitCode(runner.run())
         }
 
-        /// The command after `--`, taken before ArgumentParser sees it (see `Bgtask.main`): parsing
-        /// 100,000 arguments through it is quadratic; a command line is passed on as it is. Written once by `main`
+        /// The words after the first `--`, taken before ArgumentParser sees them (see `Bgtask.main`): parsing
+        /// 100,000 arguments through it is quadratic; a command line is passed on as it is (`CommandWords`). Written once by `main`
         /// before any command runs or any thread exists, read after.
         nonisolated(unsafe) static var fullCommand: [String]?
     }

@@ -74,7 +74,7 @@ extension Bgtask {
             opts.onCalendar = onCalendar
             opts.retry = retry.map { UInt32($0) }
             if let cwd = getcwd(nil, 0) { opts.directory = String(cString: cwd); free(cwd) }
-            let reply = try DaemonClient.call(.submit, [.dict(opts.variant), .strings(Run.fullCommand ?? command)])
+            let reply = try DaemonClient.call(.submit, [.dict(opts.variant), .strings(command)])
             let id = reply.first?.string ?? task.id
             if json { print(JSONValue.object([("id", .string(id))]).rendered) } else { out(id) }
         }

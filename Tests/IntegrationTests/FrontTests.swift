@@ -25,6 +25,9 @@ extension UmockdevIntegrationTests {
             ["--id=x_1:2@3+4", "--kind=continued", "--requires-external-power", "--cpu-heavy", "echo"],
             ["--ignore-idle", "--requires-network", "--unmetered", "--requires-external-power", "/bin/echo", "--not-an-option-of-ours"],
             ["--user-initiated", "--kind", "regular", "--requires-external-power", "--json", "--", "-dash-command"],
+            // A `--` of the command's own, after its first word: the command's, as `nice` or `timeout` take it.
+            ["--requires-external-power", "git", "log", "--", "README.md"],
+            ["--requires-external-power", "--", "git", "log", "--", "README.md"],
         ]
         for args in cases {
             let (s1, o1, e1) = try d.bgtask(["submit"] + args)
@@ -41,6 +44,16 @@ extension UmockdevIntegrationTests {
                 #expect(Self.request(f) == Self.request(c), "\(args): the front queued \(f), the CLI \(c)")
             }
         }
+    }
+
+    @Test("a `--` after the command's first word is the command's own, for run as for submit: `run echo -- hi` prints `-- hi`")
+    func terminatorInsideTheCommand() throws {
+        let p = try PolicyEnv()
+        let env = p.environment(preload: false)
+        let r = try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--kind", "regular", "echo", "--", "hi", "there"], environment: env, deadline: 30)
+        #expect(r.0 == 0 && r.1 == "-- hi there\n", "\(r)")
+        let t = try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--kind", "regular", "--", "echo", "--", "hi"], environment: env, deadline: 30)
+        #expect(t.0 == 0 && t.1 == "-- hi\n", "\(t)")
     }
 
     @Test("the front hands the rest to the full CLI unchanged: other commands, submit options it does not take, identifiers it does not vouch for, refusals")
