@@ -95,7 +95,7 @@ let package = Package(
 
         // The libc `bgtask`'s front calls (Embedded Swift imports no Glibc module).
         .systemLibrary(name: "CFront", path: "Sources/CFront"),
-        // `bgtask`: a front of a few KB in Embedded Swift (no runtime to start) that makes a plain `bgtask submit`
+        // `bgtask`: a front of about 50 KB in Embedded Swift (no runtime to start) that makes a plain `bgtask submit`
         // one call on the session bus and hands every other command, unchanged, to the full CLI (`bgtask-cli`):
         // scripts that queue work pay a process start like `at`'s, not the CLI's 60 MB one. docs/architecture.md.
         .executableTarget(name: "bgtask", dependencies: ["CFront"], path: "Sources/bgtask-front",
