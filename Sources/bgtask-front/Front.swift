@@ -30,20 +30,36 @@ struct Front {
         let size = Int(PATH_MAX) + 64
         var dir = [CChar](repeating: 0, count: size)
         let n = readlink("/proc/self/exe", &dir, Int(PATH_MAX))
-        if n > 0, let slash = strrchr(dir, Int32(UInt8(ascii: "/"))) {
-            let base = dir.withUnsafeBufferPointer { slash - UnsafeMutablePointer(mutating: $0.baseAddress!) } + 1
-            for tail: StaticString in ["../libexec/bgtask/bgtask-cli", "bgtask-cli"] {
-                var path = dir
-                path.withUnsafeMutableBufferPointer { p in
-                    _ = strcpy(p.baseAddress! + base, SubmitWords.c(tail))
-                }
-                if access(path, X_OK) == 0 {
-                    execv(path, argv)
-                    Output.error("cannot run ", path, "", status: 126, json: false)
-                }
+        guard n > 0, let slash = strrchr(dir, Int32(UInt8(ascii: "/"))) else {
+            fail("cannot find bgtask-cli: /proc/self/exe cannot be read (", UnsafePointer(strerror(bgt_front_errno()))!, ")", 127)
+        }
+        let base = dir.withUnsafeBufferPointer { slash - UnsafeMutablePointer(mutating: $0.baseAddress!) } + 1
+        for tail: StaticString in ["../libexec/bgtask/bgtask-cli", "bgtask-cli"] {
+            var path = dir
+            path.withUnsafeMutableBufferPointer { p in
+                _ = strcpy(p.baseAddress! + base, SubmitWords.c(tail))
+            }
+            if access(path, X_OK) == 0 {
+                execv(path, argv)
+                let why = bgt_front_errno()
+                path.withUnsafeBufferPointer { fail("cannot run ", $0.baseAddress!, ": ", 126, then: UnsafePointer(strerror(why))!) }
             }
         }
-        Output.error("cannot find bgtask-cli in ../libexec/bgtask or beside ", "/proc/self/exe", "", status: 127, json: false)
+        dir[base] = 0
+        dir.withUnsafeBufferPointer {
+            fail("cannot find bgtask-cli in ", $0.baseAddress!, "../libexec/bgtask/ or beside this program (build it: make, or swift build --product bgtask-cli)", 127)
+        }
+    }
+
+    /// `bgtask: HEAD WHAT TAIL[THEN]` on stderr, then the exit status: what the front says when it cannot hand over.
+    static func fail(_ head: StaticString, _ what: UnsafePointer<CChar>, _ tail: StaticString, _ status: Int32,
+                     then more: UnsafePointer<CChar>? = nil) -> Never {
+        var o = Output()
+        o.add("bgtask: "); o.add(head); o.printable(what); o.add(tail)
+        if let more { o.printable(more) }
+        o.add("\n")
+        o.write(to: 2)
+        exit(status)
     }
 }
 

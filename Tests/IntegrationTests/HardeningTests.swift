@@ -18,7 +18,14 @@ struct HardeningTests {
         let front = bin.appendingPathComponent("bgtask").path
         try FileManager.default.copyItem(atPath: Child.bgtaskPath, toPath: front)
         let lost = try Child.run(front, ["status"], environment: env)
-        #expect(lost.0 == 127 && lost.2.contains("cannot find bgtask-cli"), "\(lost)")
+        #expect(lost.0 == 127 && lost.2.contains("cannot find bgtask-cli in \(bin.path)/../libexec/bgtask/"), "\(lost)")
+        // One that is there and cannot be run: 126, its path and why.
+        let broken = bin.appendingPathComponent("bgtask-cli").path
+        try writeFile(broken, "not a program")
+        chmod(broken, 0o755)
+        let cannot = try Child.run(front, ["status"], environment: env)
+        #expect(cannot.0 == 126 && cannot.2.contains("cannot run \(broken): Exec format error"), "\(cannot)")
+        try FileManager.default.removeItem(atPath: broken)
         // The full CLI alone, with no shipped policies beside it.
         let alone = bin.appendingPathComponent("bgtask-cli").path
         try FileManager.default.copyItem(atPath: Child.bgtaskCLIPath, toPath: alone)
