@@ -281,23 +281,40 @@ final class SystemdUnits {
     /// as long as the manager runs (a runtime property), so background work yields to the user's for real.
     private func yieldingSlice() {
         guard !sliceChecked else { return }
-        sliceChecked = true
-        func property(_ path: String, _ interface: String, _ name: String) -> BusValue? {
-            guard let got = try? call("Get", [.string(interface), .string(name)], path: path, interface: "org.freedesktop.DBus.Properties") else { return nil }
+        func property(_ path: String, _ interface: String, _ name: String) throws(BusError) -> BusValue? {
+            let got = try call("Get", [.string(interface), .string(name)], path: path, interface: "org.freedesktop.DBus.Properties")
             if case .variant(let inner)? = got.first { return inner }
             return got.first
         }
-        guard let loaded = try? call("LoadUnit", [.string("background.slice")]), let path = loaded.first?.string else { return }
-        let files = [property(path, "org.freedesktop.systemd1.Unit", "FragmentPath")?.string ?? ""]
-            + (property(path, "org.freedesktop.systemd1.Unit", "DropInPaths")?.strings ?? [])
-        guard !files.contains(where: { $0.hasPrefix("/etc/") || $0.contains("/.config/systemd/") }) else { return }
-        if case .uint64(let w)? = property(path, "org.freedesktop.systemd1.Slice", "CPUWeight"), w <= 1 { return }
-        for weight in [idleWeight, 1] {
-            if (try? call("SetUnitProperties", [.string("background.slice"), .bool(true),
-                                               .array(element: "(sv)", [.tuple([.string("CPUWeight"), .variant(.uint64(weight))])])])) != nil {
-                idleWeight = weight
+        do throws(BusError) {
+            guard let path = try call("LoadUnit", [.string("background.slice")]).first?.string else {
+                throw BusError("org.freedesktop.DBus.Error.InvalidArgs", "LoadUnit's reply is not an object path")
+            }
+            let files = [try property(path, "org.freedesktop.systemd1.Unit", "FragmentPath")?.string ?? ""]
+                + (try property(path, "org.freedesktop.systemd1.Unit", "DropInPaths")?.strings ?? [])
+            if let own = files.first(where: { $0.hasPrefix("/etc/") || $0.contains("/.config/systemd/") }) {
+                sliceChecked = true
+                say("background.slice is configured in \(own): its CPU weight is left as it is")
                 return
             }
+            if case .uint64(let w)? = try property(path, "org.freedesktop.systemd1.Slice", "CPUWeight"), w <= 1 {
+                sliceChecked = true
+                return
+            }
+            var refused: BusError?
+            for weight in [idleWeight, 1] {
+                do {
+                    try call("SetUnitProperties", [.string("background.slice"), .bool(true),
+                                                   .array(element: "(sv)", [.tuple([.string("CPUWeight"), .variant(.uint64(weight))])])])
+                    idleWeight = weight
+                    sliceChecked = true
+                    return
+                } catch { refused = error }
+            }
+            if let refused { throw refused }
+        } catch {
+            // Not marked as checked: asked again at the next background start (the manager may have been busy).
+            say("background.slice keeps its CPU weight for now (\(error.message)); background work may not yield to the user's")
         }
     }
 
