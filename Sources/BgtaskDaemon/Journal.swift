@@ -23,7 +23,11 @@ struct Journal {
         let rule = e.decision?.matches.first
         var text = "\(task.id): \(e.kind.rawValue)"
         if !e.detail.isEmpty { text += ": \(e.detail)" }
-        if let m = rule, e.kind != .started { text += " — rule \(m.ruleID) (\(m.location))" }
+        // A deferral's detail already names its rule (as `bgtask why` shows it): not said twice.
+        if let m = rule, e.kind != .started {
+            let named = " — rule \(m.ruleID) (\(m.location))"
+            if !text.hasSuffix(named) && !text.contains(named + ";") { text += named }
+        }
         if let energy = e.energy { text += "; \(energy)" }
         let notice: Set<RunEvent.Kind> = [.expired, .killed, .failed, .lost, .gaveUp]
         var f = ["MESSAGE=" + text, "MESSAGE_ID=" + messageID, "PRIORITY=" + (notice.contains(e.kind) ? "5" : "6"),

@@ -64,6 +64,11 @@ struct JournalFieldsTests {
                      "BGTASK_RULE=processing.needs-power", "BGTASK_RULE_ORIGIN=/usr/share/bgtask/policies/default.toml:34", "BGTASK_VERDICT=defer"] {
             #expect(f.contains(want), "\(want) in \(f)")
         }
+        // A detail that already names the rule (a deferral as the queue words it) gets it once.
+        let named = RunEvent(kind: .deferred, monotonic: 0, detail: "held — rule processing.needs-power (/usr/share/bgtask/policies/default.toml:34)",
+                             decision: d, conditions: [:], exitStatus: nil)
+        #expect(Journal.fields(named, task: TaskFields(id: "backup"), runID: "backup-1")
+                    .contains("MESSAGE=backup: deferred: held — rule processing.needs-power (/usr/share/bgtask/policies/default.toml:34)"))
         var end = RunEvent(kind: .finished, monotonic: 1, detail: "exit 0", decision: nil, conditions: [:], exitStatus: 0)
         end.energyWh = 0.5
         end.energy = "used ~0.5 Wh"
