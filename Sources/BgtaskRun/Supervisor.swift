@@ -57,6 +57,8 @@ public final class Supervisor {
     /// Why it waits, as last told in its story (recorded, and said unless quiet): a wait told again in the same words
     /// is neither. A supervisor that takes up a story told before starts from its last words (`resume`, `continues`).
     public private(set) var lastSaid = ""
+    /// The earliest date `lastSaid` told of, if it told of one.
+    private var toldUntil: Double?
     /// Whether this supervisor has told a wait itself (then `quietFirstWait` no longer applies).
     var toldAWait = false
     var dutyAt: Double?
@@ -364,16 +366,42 @@ public final class Supervisor {
             // Shared with the tasks before it in this evaluation that wait for the same reason.
             waitingReason = evaluator.shared(text)
             waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, evaluator.shared($0.location.description)) } : nil
-            if text != lastSaid {
+            var until: Double?
+            if case .earliest(let e)? = machine.startBlock { until = e }
+            // The same date told again only in other words: its countdown, or a second of clock jitter.
+            let toldBefore = until != nil && until == toldUntil || Supervisor.sameWait(text, lastSaid)
+            if text != lastSaid && !toldBefore {
                 let first = !toldAWait
                 toldAWait = true
                 lastSaid = waitingReason
+                toldUntil = until
                 record(.deferred, text, decision: d)
                 // With --no-wait nothing waits: the run ends at once, so the words say it did not start.
                 if !(first && quietFirstWait) { say((machine.limits.noWait ? "not started: " : "waiting: ") + text) }
             }
         }
         perform(actions, d, now: now)
+    }
+
+    /// Two wordings of one wait: the same once the countdown to a date is left out ("not before 20:43:35, in 15m"
+    /// and "…, in 14m50s"). The date does not change from one evaluation to the next; the countdown always does.
+    static func sameWait(_ a: String, _ b: String) -> Bool { withoutCountdown(a) == withoutCountdown(b) }
+
+    /// `s` with each ", in DURATION" left out: a compact duration (`formatDuration`: "15m", "1h2m30s") that ends
+    /// the text or is followed by a space, ")" or ";".
+    static func withoutCountdown(_ s: String) -> String {
+        var out = ""
+        var rest = Substring(s)
+        while let r = rest.range(of: ", in ") {
+            var end = r.upperBound
+            while end < rest.endIndex, rest[end].isASCII, rest[end].isNumber || "dhms".contains(rest[end]) { end = rest.index(after: end) }
+            let token = rest[r.upperBound..<end]
+            let duration = token.first?.isNumber == true && token.last.map { "dhms".contains($0) } == true
+                && (end == rest.endIndex || " );".contains(rest[end]))
+            out += rest[..<(duration ? r.lowerBound : r.upperBound)]
+            rest = rest[(duration ? end : r.upperBound)...]
+        }
+        return out + rest
     }
 
     /// The app says its task is done (`setTaskCompleted(success:)`), or it went away without saying so.
