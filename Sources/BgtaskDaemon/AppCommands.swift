@@ -51,9 +51,11 @@ extension QueueDriver: AppQueue {
 
     func enqueue(_ row: QueuedTask) -> Result<Void, BusError> {
         do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
-        add(row)
+        let e = add(row, decide: false)
+        // Told pending before it is decided: a start then follows it ("running" after "pending").
         say("\(row.id): submitted by the app")
         announce.emit(.taskChanged, [.string(row.id), .string("pending")])
+        decide(e)
         return .success(())
     }
 

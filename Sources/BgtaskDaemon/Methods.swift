@@ -106,10 +106,11 @@ extension QueueDriver: ServiceCommands {
         // and its signal follow the reply, before the next call is handled (`BusService.followUps`): the caller
         // waits for none of them, and stored is queued.
         let entry = add(row, decide: false)
+        // Told pending before it is decided: a start then follows it ("running" after "pending"), never the reverse.
         host.afterReply { [unowned self] in
-            if queue.awake[id] === entry { decide(entry) }
             self.say("\(id): submitted\(replaced ? " (replacing the pending request)" : "")")
             self.announce.emit(.taskChanged, [.string(id), .string("pending")])
+            if queue.awake[id] === entry { decide(entry) }
         }
         return .success(id)
     }

@@ -244,6 +244,19 @@ struct ServiceTests {
         #expect(told == ["t pending", "t running", "t finished"])
     }
 
+    @Test("a task that starts as it is submitted is told pending, then running: never running, then pending")
+    func startAtSubmitToldInOrder() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.charger)
+        let listener = try BusConnection(address: d.bus.address)
+        var told: [String] = []
+        listener.subscribe(.taskChanged) { _, args in told.append(args.compactMap(\.string).joined(separator: " ")) }
+        _ = try listener.call("GetId", [], destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus")
+        _ = try d.submit("t").get()
+        #expect(d.launcher.started["t"] != nil, "started in the round after its reply")
+        #expect(d.daemon.loop.iterate(until: { told.count >= 2 }, within: 5), "\(told)")
+        #expect(told == ["t pending", "t running"])
+    }
+
     @Test("the readings' history of a round that spawned a task is written shortly after it, none of it lost; without a spawn, at once")
     func historyWaitsForASpawnedTask() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)

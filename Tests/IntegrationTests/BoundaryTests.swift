@@ -264,7 +264,7 @@ struct BoundaryTests {
 
         #expect(mkfifo(StatePaths.outputFile(stateDirectory: state, id: "fifo"), 0o600) == 0)
         #expect(try d.bgtask(["submit", "--id", "fifo", "--", "true"]).0 == 0)
-        let said = try #require(d.said("fifo: "), "\(d.daemon?.stderr ?? "")")
+        let said = try #require(d.saidOf("fifo"), "\(d.daemon?.stderr ?? "")")
         #expect(said.contains("not a regular file") || said.contains("FIFO"), "\(said)")
         // The loop was not blocked: the daemon still answers.
         #expect(try d.bgtask(["pending"]).0 == 0)
@@ -378,7 +378,7 @@ struct BoundaryTests {
         let d = try SessionDaemon(policy: p, preload: false)
         let r = try d.call("Submit", "({'id': <'nodir'>, 'directory': <'/nonexistent/dir'>}, ['true'])", dir: p.dir)
         #expect(r.hasPrefix("OK"), "\(r)")
-        let said = try #require(d.said("nodir: "), "\(d.daemon?.stderr ?? "")")
+        let said = try #require(d.saidOf("nodir"), "\(d.daemon?.stderr ?? "")")
         #expect(said.contains("working directory /nonexistent/dir does not exist"), "\(said)")
     }
 

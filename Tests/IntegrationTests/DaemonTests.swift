@@ -59,6 +59,11 @@ final class SessionDaemon {
         daemon?.errorLine(within: seconds) { $0.contains(text) }
     }
 
+    /// The next line about task `id` after its "submitted": what became of it (waiting, started, not started).
+    func saidOf(_ id: String, within seconds: Double = 10) -> String? {
+        daemon?.errorLine(within: seconds) { $0.contains("\(id): ") && !$0.contains("\(id): submitted") }
+    }
+
     func pending() throws -> [[String: Any]] {
         let (s, o, e) = try bgtask(["pending", "--json"])
         guard s == 0, let list = try JSONSerialization.jsonObject(with: Data(o.utf8)) as? [[String: Any]] else {
@@ -483,7 +488,7 @@ extension UmockdevIntegrationTests {
             while true {
                 n += 1
                 #expect(try d.bgtask(["submit", "--id", "probe-\(cycle)-\(n)", "--requires-external-power", "--", "true"]).0 == 0)
-                let l = try #require(d.said("probe-\(cycle)-\(n): "), "\(d.daemon?.stderr ?? "")")
+                let l = try #require(d.saidOf("probe-\(cycle)-\(n)"), "\(d.daemon?.stderr ?? "")")
                 if l.contains("waiting") { #expect(try d.bgtask(["cancel", "probe-\(cycle)-\(n)"]).0 == 0); break }
                 #expect(n < 20)
             }
