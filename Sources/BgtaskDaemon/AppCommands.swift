@@ -51,11 +51,13 @@ extension QueueDriver: AppQueue {
 
     func enqueue(_ row: QueuedTask) -> Result<Void, BusError> {
         do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
+        // As a Submit: queued now, told pending and decided after the reply (a start then follows "pending").
         let e = add(row, decide: false)
-        // Told pending before it is decided: a start then follows it ("running" after "pending").
-        say("\(row.id): submitted by the app")
-        announce.emit(.taskChanged, [.string(row.id), .string("pending")])
-        decide(e)
+        host.afterReply { [unowned self] in
+            say("\(row.id): submitted by the app")
+            announce.emit(.taskChanged, [.string(row.id), .string("pending")])
+            if queue.awake[row.id] === e { decide(e) }
+        }
         return .success(())
     }
 
