@@ -725,7 +725,23 @@ if want("9") {
         }
     }
     daemon.stop()
-    row("charger uevent → first of 100 pending commands' first instruction (bgtaskd)", firsts, unit: "ms", peer: "run reaction",
+    // The peer again, right after the daemon's plugs, on this testbed and with the daemon gone: `bgtask run` waiting
+    // for the charger as in section 5, whose figure, measured minutes earlier in the same run, moves by 0.2 ms
+    // from section to section (5 and 11) — as much as the goal's margin.
+    let runEnv = env.merging(["BGTASK_STATE_DIR": dir.appendingPathComponent("run-state").path]) { $1 }
+    var runs: [Double] = []
+    for _ in 0..<20 {
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--requires-external-power", "--", stamp], environment: runEnv)
+        guard run.errorLine(within: 10, where: { $0.contains("waiting:") }) != nil else { fatalError("run did not wait: \(run.stderr)") }
+        let t0 = tb.plug(laptop, true, batteryStatus: "Charging")
+        guard let line = run.line(within: 5), let first = UInt64(line) else { fatalError("no stamp: \(run.stderr)") }
+        _ = run.waitExit(within: 5)
+        tb.plug(laptop, false)
+        runs.append(Double(first - t0) / 1_000_000)
+    }
+    row("charger uevent → waiting command's first instruction (`bgtask run`, the same testbed, right after)", runs, unit: "ms",
+        key: "run reaction, zone")
+    row("charger uevent → first of 100 pending commands' first instruction (bgtaskd)", firsts, unit: "ms", peer: "run reaction, zone",
         goal: "≤ 1.2× `bgtask run`")
 }
 
