@@ -368,9 +368,9 @@ public final class Supervisor {
             waitingRule = machine.startBlock == nil ? d.matches.first.map { ($0.ruleID, evaluator.shared($0.location.description)) } : nil
             var until: Double?
             if case .earliest(let e)? = machine.startBlock { until = e }
-            // The same date told again only in other words: its countdown, or a second of clock jitter.
-            let toldBefore = until != nil && until == toldUntil || Supervisor.sameWait(text, lastSaid)
-            if text != lastSaid && !toldBefore {
+            // Not the same date told again in other words (its countdown, a second of clock jitter); the words are
+            // compared without the countdown only when they differ, off the path of a wait told as it was.
+            if text != lastSaid, until == nil || until != toldUntil, !Supervisor.sameWait(text, lastSaid) {
                 let first = !toldAWait
                 toldAWait = true
                 lastSaid = waitingReason
