@@ -4,6 +4,7 @@
 import BgtaskBus
 import BgtaskJSON
 import BgtaskProtocol
+import BgtaskRun
 
 /// What the bus service asks of the queue (`QueueDriver`): one command for each method that is not the apps'.
 protocol ServiceCommands: AnyObject {
@@ -15,8 +16,11 @@ protocol ServiceCommands: AnyObject {
     func cancelAll() -> Int
     /// Every waiting task (`ListPending`'s one reply).
     func pendingAll() -> [PendingTask]
-    func pendingPage(_ d: [String: BusValue]) -> Result<(tasks: [PendingTask], next: String), BusError>
+    /// A page of the waiting tasks, each given to `body` as it is made; the cursor of the next page.
+    func pendingPage(_ d: [String: BusValue], _ body: (PendingTask) -> Void) -> Result<String, BusError>
     func listRunning() -> [RunningTask]
+    /// Changes when the stored queue does: a listing's page made earlier is told only while it has not.
+    var listingStamp: Int { get }
     func debugLaunch(_ id: String) -> Result<Void, BusError>
     func debugExpire(_ id: String) -> Result<Void, BusError>
     func reloadPolicy() -> (ok: Bool, said: String)
@@ -144,10 +148,11 @@ final class BusService {
             guard call.args.count == 1, case .dict(let range)? = call.args[0] else {
                 return .failure(SchedulerError.invalidArgs("\(call.method) takes \(method.signature)"))
             }
-            return d.pendingPage(range).map { page in
-                method == .listPendingPage ? [.dicts(page.tasks.map(\.variant)), .string(page.next)]
-                                           : [.bytes(BusService.jsonLines(page.tasks)), .string(page.next)]
+            if method == .listPendingPage {
+                var tasks: [[String: BusValue]] = []
+                return d.pendingPage(range) { tasks.append($0.variant) }.map { [.dicts(tasks), .string($0)] }
             }
+            return jsonPage(range, for: call.sender, d)
         case .listRunning:
             return .success([.dicts(d.listRunning().map(\.variant))])
         case .debugLaunch:
@@ -166,16 +171,63 @@ final class BusService {
         }
     }
 
-    /// Each task as `bgtask pending --json` prints it, one a line: the bytes of a page (`ListPendingJSON`).
-    static func jsonLines(_ tasks: [PendingTask]) -> [UInt8] {
-        var lines = JSONBytes(capacity: tasks.count * 700)
+    /// A `ListPendingJSON` page: the one made ahead for this caller if it still holds, else made now. The page
+    /// after it is made in the round after this reply, while the bus carries this one: a whole listing asks for page
+    /// after page, and bgtaskd, not the round trip, is then what paces it.
+    func jsonPage(_ d: [String: BusValue], for sender: String, _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
+        let range = try? PageRange(variant: d)
+        var reply: Result<[BusValue], BusError>?
+        if let p = ahead, let range, p.sender == sender, p.range == range, p.stamp == commands.listingStamp,
+           monotonic() - p.made <= BusService.aheadLife {
+            reply = p.reply
+        }
+        ahead = nil
+        let page = reply ?? BusService.jsonPage(d, commands)
+        // None after a page of one task, a page that failed, or the last page.
+        if case .success(let v) = page, let range, range.id == nil, let next = v.last?.string, !next.isEmpty {
+            var following = range
+            following.after = next
+            afterReply.append { [unowned self] in
+                let stamp = commands.listingStamp
+                self.ahead = Ahead(sender: sender, range: following, stamp: stamp, made: monotonic(),
+                                   reply: BusService.jsonPage(following.variant, commands))
+            }
+        }
+        return page
+    }
+
+    /// A page made ahead (`jsonPage`): for whom, which, and the queue's stamp and the time when it was made.
+    struct Ahead {
+        let sender: String
+        let range: PageRange
+        let stamp: Int
+        let made: Double
+        let reply: Result<[BusValue], BusError>
+    }
+    /// The page made ahead, until it is asked for, another page is, or the heap is trimmed after a listing.
+    var ahead: Ahead?
+    /// How old a page made ahead may be when told: a later page of a listing may tell what an awake task waited for
+    /// this long before it was asked for (a row written or deleted since, and it is made again).
+    static let aheadLife = 0.25
+
+    /// A `ListPendingJSON` page, each task written as it is made: no page of tasks held beside its text.
+    static func jsonPage(_ d: [String: BusValue], _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
+        var lines = JSONLines()
+        return commands.pendingPage(d) { lines.append($0) }.map { [.bytes(lines.bytes), .string($0)] }
+    }
+
+    /// Tasks as `bgtask pending --json` prints each, one a line: the bytes of a page (`ListPendingJSON`).
+    struct JSONLines {
+        var out = JSONBytes(capacity: 1 << 16)
         var iso = (second: Double.nan, text: "")
         var lists = BusValue.SharedLists()
-        // By index: a task copied out of the array (`enumerated`) was a retain and a release of each of its strings.
-        for i in tasks.indices {
-            if i > 0 { lines.byte(0x0A) }
-            tasks[i].writeJSON(into: &lines, iso: &iso, lists: &lists)
+        var count = 0
+
+        mutating func append(_ t: PendingTask) {
+            if count > 0 { out.byte(0x0A) }
+            t.writeJSON(into: &out, iso: &iso, lists: &lists)
+            count += 1
         }
-        return lines.bytes
+        var bytes: [UInt8] { out.bytes }
     }
 }

@@ -54,7 +54,10 @@ extension Daemon: QueueHost {
                     let at = monotonic()
                     self.driver.rounds.lastLargeReply = at
                     self.loop.after(Daemon.listingTrimDelay) { [unowned self] in
-                        if self.driver.rounds.lastLargeReply == at { Memory.releaseFreedHeap() }
+                        if self.driver.rounds.lastLargeReply == at {
+                            self.service.ahead = nil
+                            Memory.releaseFreedHeap()
+                        }
                     }
                 }
                 // The reply goes first; what the call changed is acted on and written 2 ms after it, so that the

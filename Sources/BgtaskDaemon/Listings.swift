@@ -59,9 +59,10 @@ extension QueueDriver {
         return answer
     }
 
-    /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), and the cursor of
-    /// the page after it (empty after the last).
-    func pendingPage(_ d: [String: BusValue]) -> Result<(tasks: [PendingTask], next: String), BusError> {
+    /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), each task given to
+    /// `body` as it is made (a page is held once, as the rows read), and the cursor of the page after it (empty after
+    /// the last).
+    func pendingPage(_ d: [String: BusValue], _ body: (PendingTask) -> Void) -> Result<String, BusError> {
         let range: PageRange
         do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
         let limit = range.limit ?? RequestBounds.pageDefault
@@ -75,57 +76,85 @@ extension QueueDriver {
             }
             after = p
         }
-        if let id = range.id { return .success((listPending(listed([id])), "")) }
+        if let id = range.id {
+            listPending(listed([id])).forEach(body)
+            return .success("")
+        }
         // A page of the stored queue through its (state, submitted, id) index, one row more than asked to know
         // whether another page follows: what the daemon holds of each is looked up, not listed.
         let rows = (try? store.page(state: "pending", after: after.map { ($0.submitted, $0.id) }, limit: Int(limit) + 1)) ?? []
-        let page = rows.prefix(Int(limit))
-        let next = rows.count > page.count ? page.last.map { Position(submitted: $0.submitted, id: $0.id).cursor } ?? "" : ""
-        return .success((listPending(listed(page)), next))
+        let count = min(rows.count, Int(limit))
+        var told = Told(self)
+        for i in 0..<count {
+            if let t = pendingTask(row: rows[i], &told) { body(t) }
+        }
+        let next = rows.count > count ? Position(submitted: rows[count - 1].submitted, id: rows[count - 1].id).cursor : ""
+        return .success(next)
     }
     typealias Position = Scheduler<Entry, Supervisor.Rest>.Position
 
-    /// A waiting task as a listing tells it: its row, and its supervisor if it is awake, else the rest of its group.
+    /// A waiting task as a listing tells it: its row, and its supervisor if it is awake, else the number of its
+    /// resting group (tasks of one group are told the same).
     struct Listed {
         var row: QueuedTask
         var awake: Supervisor?
-        var rest: Supervisor.Rest?
-        /// The number of its resting group: tasks of one group are told the same.
         var group: Int?
-        var isWaiting: Bool { awake.map { $0.machine.phase == .waiting } ?? true }
-        var reason: String { awake?.waitingReason ?? rest?.reason ?? "" }
-        var rule: (id: String, location: String)? { awake != nil ? awake!.waitingRule : rest?.rule }
     }
 
-    /// The stored row `row` as listed, if its task waits here (awake: the row it holds). `rests` keeps the rests
-    /// of the groups met so far: the tasks of a page are mostly of one group.
-    func listed(row: QueuedTask, rests: inout [Int: Supervisor.Rest]) -> Listed? {
+    /// What a listing works out once and tells many tasks (a page of 2,500 has a few groups and a few waits): the
+    /// clocks and the policy, the estimates of `likelyStart`, what each resting group is told, the last command read.
+    struct Told {
+        let wall: Double, mono: Double
+        let evaluator: Policy.Evaluator?
+        var likely = LikelyCache()
+        var groups: [Int: Group] = [:]
+        var command: (argv: String, words: [String])?
+
+        /// What every task of a resting group is told alike, from the group's rest: made at its first task.
+        struct Group {
+            var rest: Supervisor.Rest?
+            /// What its tasks do not meet when no earliest date of their own is still ahead.
+            var unmet: [[String: BusValue]]
+        }
+
+        init(_ d: QueueDriver) {
+            wall = wallClockNow()
+            mono = monotonic()
+            evaluator = d.evaluator()
+        }
+
+        /// The command of `row`, decoded once for a run of tasks with the same one (a batch submitted together).
+        mutating func words(_ row: QueuedTask) -> [String] {
+            if let c = command, c.argv == row.argv { return c.words }
+            let w = row.command
+            command = (row.argv, w)
+            return w
+        }
+    }
+
+    /// The stored row `row` as listed, if its task waits here (awake: the row it holds, which may be newer).
+    func listed(row: QueuedTask) -> Listed? {
         if let e = queue.awake[row.id] { return Listed(row: e.row, awake: e.supervisor) }
         guard let g = queue.group(of: row.id) else { return nil }
-        if rests[g] == nil { rests[g] = queue.rest(ofGroup: g) }
-        return Listed(row: row, rest: rests[g], group: g)
-    }
-
-    func listed(_ rows: some Sequence<QueuedTask>) -> [Listed] {
-        var rests: [Int: Supervisor.Rest] = [:]
-        return rows.compactMap { listed(row: $0, rests: &rests) }
+        return Listed(row: row, group: g)
     }
 
     /// The waiting tasks among `ids`, in submission order; resting tasks' rows read from the queue in one batch.
     func listed(_ ids: [String]) -> [Listed] {
         let resting = ids.filter { queue.awake[$0] == nil && queue.isResting($0) }
         let rows = resting.isEmpty ? [] : (try? store.rows(ids: resting, state: "pending")) ?? []
-        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + listed(rows))
+        return (inOrder(ids).map { Listed(row: $0.row, awake: $0.supervisor) } + rows.compactMap(listed(row:)))
             .sorted { ($0.row.submitted, $0.row.id) < ($1.row.submitted, $1.row.id) }
     }
 
-    /// Every waiting task in submission order, the stored queue read a page at a time.
-    func allListed() -> [Listed] {
-        var out: [Listed] = []
+    /// Every waiting task in submission order (`ListPending`), the stored queue read a page at a time.
+    func pendingAll() -> [PendingTask] {
+        var out: [PendingTask] = []
+        var told = Told(self)
         var after: (submitted: Double, id: String)?
         while true {
             let rows = (try? store.page(state: "pending", after: after, limit: 1_000)) ?? []
-            out += listed(rows)
+            for r in rows { if let t = pendingTask(row: r, &told) { out.append(t) } }
             guard rows.count == 1_000, let last = rows.last else { return out }
             after = (last.submitted, last.id)
         }
@@ -133,61 +162,75 @@ extension QueueDriver {
 
     /// What `entries` wait for (those that wait), as `ListPending` tells it.
     func listPending(_ entries: [Listed]) -> [PendingTask] {
-        let wall = wallClockNow(), mono = monotonic()
-        let now = evaluator()
-        var likely = LikelyCache()
-        // What a resting group's tasks do not meet, made once for the group: one list shared by them all.
-        var groupUnmet: [Int: [[String: BusValue]]] = [:]
-        var out: [PendingTask] = []
-        out.reserveCapacity(entries.count)
-        for e in entries where e.isWaiting {
-            let row = e.row
-            let unmet: [[String: BusValue]]
-            if let g = e.group, row.earliest.map({ $0 <= wall }) ?? true {
-                if let u = groupUnmet[g] { unmet = u } else {
-                    unmet = self.unmet(e, now, wall: wall)
-                    groupUnmet[g] = unmet
-                }
+        var told = Told(self)
+        return entries.compactMap { pendingTask($0, &told) }
+    }
+
+    func pendingTask(row: QueuedTask, _ told: inout Told) -> PendingTask? {
+        listed(row: row).flatMap { pendingTask($0, &told) }
+    }
+
+    /// What the waiting task `e` waits for, nil if it is awake and not waiting (starting, say).
+    func pendingTask(_ e: Listed, _ told: inout Told) -> PendingTask? {
+        let row = e.row
+        let wall = told.wall
+        let reason: String, rule: (id: String, location: String)?, unmet: [[String: BusValue]]
+        if let s = e.awake {
+            guard s.machine.phase == .waiting else { return nil }
+            reason = s.waitingReason
+            rule = s.waitingRule
+            var slot: String?
+            if case .noSlot(let why)? = s.machine.startBlock { slot = why }
+            let matches = s.machine.lastDecision?.matches ?? told.evaluator?.decideNow(row.fields).matches ?? []
+            unmet = self.unmet(row, matches, slot: slot, wall: wall)
+        } else {
+            // A resting task's last decision is its group's rest's: no decision made per task listed, and what the
+            // group does not meet made once, one list shared by its tasks.
+            let g = e.group ?? -1
+            if told.groups[g] == nil {
+                let rest = queue.rest(ofGroup: g)
+                let matches = rest?.decision.matches ?? told.evaluator?.decideNow(row.fields).matches ?? []
+                told.groups[g] = Told.Group(rest: rest, unmet: self.unmet(nil, matches, slot: rest?.slot, wall: wall))
+            }
+            let group = told.groups[g]!
+            reason = group.rest?.reason ?? ""
+            rule = group.rest?.rule
+            if let t = row.earliest, t > wall {
+                unmet = self.unmet(row, group.rest?.decision.matches ?? [], slot: group.rest?.slot, wall: wall)
             } else {
-                unmet = self.unmet(e, now, wall: wall)
+                unmet = group.unmet
             }
-            var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: row.command, submitted: row.submitted,
-                                reason: e.reason.isEmpty ? "not yet evaluated" : e.reason,
-                                requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
-                                requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
-                                failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet,
-                                rule: e.rule?.id, location: e.rule?.location,
-                                earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
-            if let l = likelyStart(row, wall: wall, cache: &likely) {
-                t.likely = l.text
-                t.likelyStart = l.at
-            }
-            // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
-            if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - mono) }
-            out.append(t)
         }
-        return out
+        var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: told.words(row), submitted: row.submitted,
+                            reason: reason.isEmpty ? "not yet evaluated" : reason,
+                            requiresExternalPower: row.requiresExternalPower, requiresNetwork: row.requiresNetwork,
+                            requiresUnmetered: row.requiresUnmetered, cpuHeavy: row.cpuHeavy, userInitiated: row.userInitiated,
+                            failures: UInt32(row.failures), retry: UInt32(row.retry), unmet: unmet,
+                            rule: rule?.id, location: rule?.location,
+                            earliest: row.earliest, every: row.every, calendar: row.calendar, window: row.window)
+        if let l = likelyStart(row, wall: wall, cache: &told.likely) {
+            t.likely = l.text
+            t.likelyStart = l.at
+        }
+        // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
+        if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - told.mono) }
+        return t
     }
 
     /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
     /// constraints"): each rule in effect that is not run or throttle (held ones with when they let go), its
-    /// earliest begin date, and a full slot.
-    func unmet(_ e: Listed, _ evaluator: Policy.Evaluator?, wall: Double) -> [[String: BusValue]] {
+    /// earliest begin date (of `row`: nil for what a resting group's tasks share), and a full slot.
+    func unmet(_ row: QueuedTask?, _ matches: [Match], slot: String?, wall: Double) -> [[String: BusValue]] {
         var out: [[String: BusValue]] = []
-        let row = e.row
-        // A resting task's last decision is its group's rest's: no decision made per task listed.
-        let matches = e.awake?.machine.lastDecision?.matches ?? e.rest?.decision.matches ?? evaluator?.decideNow(row.fields).matches ?? []
         for m in matches where m.verdict != .run && m.verdict != .throttle {
             out.append(["what": .string("rule"), "rule": .string(m.ruleID), "location": .string(m.location.description),
                         "reason": .string(m.reason)])
         }
-        if let t = row.earliest, t > wall {
+        if let row, let t = row.earliest, t > wall {
             let why = row.calendar.map { "its calendar event '\($0)'" } ?? (row.every != nil ? "its next period" : "its earliest begin date")
             out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
         }
-        if let why = e.awake.map({ s -> String? in if case .noSlot(let why)? = s.machine.startBlock { return why } else { return nil } }) ?? e.rest?.slot {
-            out.append(["what": .string("slot"), "reason": .string(why)])
-        }
+        if let slot { out.append(["what": .string("slot"), "reason": .string(slot)]) }
         return out
     }
 

@@ -14,7 +14,7 @@ import BgtaskRun
 extension QueueDriver: ServiceCommands {
     func takeUpQueue() { restoreAll() }
 
-    func pendingAll() -> [PendingTask] { listPending(allListed()) }
+    var listingStamp: Int { store.changes }
 
     func debugLaunch(_ id: String) -> Result<Void, BusError> {
         guard queue.isWaiting(id) else { return .failure(SchedulerError.noSuchTask("no pending task \(id)")) }

@@ -2,9 +2,6 @@ import BgtaskBus
 import BgtaskJSON
 
 extension BusValue {
-    /// Keys that hold seconds since the epoch: each gets an ISO-8601 twin (`submitted_iso`) in local time.
-    public static let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run", "likely_start"]
-
     /// The value as `--json` prints it: a dictionary's keys sorted, each time followed by its `_iso` twin.
     /// The CLI and bgtaskd (`ListPendingJSON`) both write with it, so a row reads the same whichever made it.
     public var json: JSONValue {
@@ -70,11 +67,11 @@ extension BusValue {
         out.byte(0x7D)
     }
 
-    /// Lists of dictionaries already written, by their storage. A page's resting tasks share their group's `unmet`
-    /// list (one array storage), so it is rendered once and its bytes copied. Only for lists that all stay alive
-    /// while it is used (a page's tasks): a storage address cannot then be another list's.
+    /// The list of dictionaries written last, and its bytes. A page's resting tasks share their group's `unmet` list
+    /// (one array storage), so it is rendered once and its bytes copied. The list is held: while it is, no other
+    /// list can have its storage's address.
     public struct SharedLists {
-        var last: (storage: UnsafeRawPointer, bytes: [UInt8])?
+        var last: (list: [[String: BusValue]], bytes: [UInt8])?
         public init() {}
     }
 
@@ -90,20 +87,30 @@ extension BusValue {
         out.string(iso.text)
     }
 
+    /// A time, and its `_iso` twin after it under `isoKey` (`,"submitted_iso":`, as written).
+    public static func writeJSON(time t: Double, isoKey: StaticString, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
+        out.number(t)
+        let second = t.rounded(.down)
+        if iso.second != second { iso = (second, isoText(t)) }
+        out.raw(isoKey)
+        out.string(iso.text)
+    }
+
     /// A list of dictionaries, copied from `lists` when the same list (its storage) was written last.
     public static func writeJSON(list ds: [[String: BusValue]], into out: inout JSONBytes, iso: inout (second: Double, text: String),
                                  lists: inout SharedLists) {
-        guard let storage = ds.withUnsafeBufferPointer({ $0.baseAddress.map(UnsafeRawPointer.init) }) else {
+        func storage(_ a: [[String: BusValue]]) -> UnsafeRawPointer? { a.withUnsafeBufferPointer { $0.baseAddress.map(UnsafeRawPointer.init) } }
+        guard let here = storage(ds) else {
             BusValue.dicts(ds).writeJSON(into: &out, iso: &iso)
             return
         }
-        if let last = lists.last, last.storage == storage {
+        if let last = lists.last, storage(last.list) == here {
             out.bytes.append(contentsOf: last.bytes)
             return
         }
         var list = JSONBytes()
         BusValue.dicts(ds).writeJSON(into: &list, iso: &iso)
         out.bytes.append(contentsOf: list.bytes)
-        lists.last = (storage, list.bytes)
+        lists.last = (ds, list.bytes)
     }
 }

@@ -338,6 +338,10 @@ public final class QueueStore: @unchecked Sendable {
     /// the way from a charger plug to their start.
     static let getSQL = "SELECT " + QueuedTask.columns.joined(separator: ", ") + " FROM request WHERE id = ? AND state = ?"
 
+    /// A number that changes whenever a row of this store is written or deleted (SQLite's count of the rows this
+    /// connection changed, the daemon being the only writer): what something made from the stored queue depends on.
+    public var changes: Int { (try? db.inDatabase { $0.totalChangesCount }) ?? -1 }
+
     /// Inserts or replaces (one request per identifier and state).
     public func put(_ t: QueuedTask) throws {
         // One statement (the row of this id and state, if any, is replaced): half the cost of save's UPDATE-then-INSERT.

@@ -480,6 +480,42 @@ struct ServiceTests {
         #expect(throws: BusError.self) { try client.pendingJSONPages(PageRange(limit: 0)) { _ in } }
     }
 
+    @Test("the next JSON page is made while the last is on its way, and told only while no row of the queue changed since")
+    func jsonPageMadeAhead() throws {
+        let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<9 { _ = try d.submit("job-\(i)", o).get() }
+        func page(after: String?, sender: String = ":1.42") throws -> (ids: [String], next: String) {
+            let reply = try d.call(.listPendingJSON, [.dict(PageRange(after: after, limit: 3).variant)], sender: sender).get()
+            guard reply.count == 2, let lines = reply[0].bytes, let next = reply[1].string else { throw DaemonTestFailure("replied \(reply)") }
+            let ids = try lines.split(separator: 0x0A).map { line -> String in
+                guard case .string(let id)? = try JSONValue.parse(String(decoding: line, as: UTF8.self))["id"] else { return "?" }
+                return id
+            }
+            return (ids, next)
+        }
+        let one = try page(after: nil)
+        d.daemon.service.followUps()
+        #expect(d.daemon.service.ahead?.range == PageRange(after: one.next, limit: 3), "page two made in the round after page one")
+        let two = try page(after: one.next)
+        #expect(two.ids == ["job-3", "job-4", "job-5"])
+        d.daemon.service.followUps()
+        // A row deleted after page three was made: the page is made again, without it.
+        _ = try d.call(.cancel, [.string("job-7")]).get()
+        let three = try page(after: two.next)
+        #expect(three.ids == ["job-6", "job-8"] && three.next.isEmpty, "\(three)")
+        d.daemon.service.followUps()
+        #expect(d.daemon.service.ahead == nil, "nothing is made after the last page")
+        // Another caller's page is its own: the one made ahead for the first goes.
+        _ = try page(after: nil)
+        d.daemon.service.followUps()
+        #expect(d.daemon.service.ahead?.sender == ":1.42")
+        #expect(try page(after: one.next, sender: ":1.43").ids == ["job-3", "job-4", "job-5"])
+        d.daemon.service.followUps()
+        #expect(d.daemon.service.ahead.map { ($0.sender, $0.range.after) } ?? ("", nil) == (":1.43", two.next), "made for the one who asked")
+    }
+
     @Test("start-up takes up a stored queue of several pages a slice at a time, and a call that reads the queue takes up the rest first")
     func restoresAcrossPages() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
@@ -578,6 +614,23 @@ struct BusValueJSONTests {
             var out = JSONBytes()
             v.writeJSON(into: &out, iso: &iso)
             #expect(out.text == v.json.rendered)
+        }
+    }
+}
+
+extension BusValueJSONTests {
+    @Test("a list written after another was freed is its own, whatever address its storage has; the same list again is copied")
+    func sharedListsHoldTheirList() {
+        var lists = BusValue.SharedLists()
+        var iso = (second: Double.nan, text: "")
+        for i in 0..<200 {
+            // Each list made, written and dropped: malloc hands the next one the same storage more often than not.
+            let list: [[String: BusValue]] = [["reason": .string("list \(i)")]]
+            var out = JSONBytes()
+            BusValue.writeJSON(list: list, into: &out, iso: &iso, lists: &lists)
+            BusValue.writeJSON(list: list, into: &out, iso: &iso, lists: &lists)
+            let one = BusValue.dicts(list).json.rendered
+            #expect(out.text == one + one, "list \(i)")
         }
     }
 }
