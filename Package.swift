@@ -126,6 +126,7 @@ let package = Package(
         .testTarget(name: "BackgroundTasksSwift6Tests", dependencies: ["BackgroundTasks"]),
         // The pure core, in virtual time.
         .testTarget(name: "BgtaskCoreTests", dependencies: ["BgtaskCore", "BgtaskPolicy"]),
-        .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy"]),
+        .testTarget(name: "BgtaskAuditTests", dependencies: ["BgtaskAudit", "BgtaskRun", "BgtaskPolicy",
+                                                                  .product(name: "GRDB", package: "GRDB.swift")]),
     ]
 )
