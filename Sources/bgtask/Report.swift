@@ -96,7 +96,8 @@ extension Bgtask {
 
         static func hostname() -> String {
             var buf = [CChar](repeating: 0, count: 256)
-            return gethostname(&buf, buf.count) == 0 ? String(cString: buf) : "this machine"
+            guard gethostname(&buf, buf.count - 1) == 0 else { return "this machine" }
+            return String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         }
     }
 }
