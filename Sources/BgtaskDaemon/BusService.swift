@@ -17,7 +17,7 @@ protocol ServiceCommands: AnyObject {
     /// Every waiting task (`ListPending`'s one reply).
     func pendingAll() -> [PendingTask]
     /// A page of the waiting tasks, each given to `body` as it is made; the cursor of the next page.
-    func pendingPage(_ d: [String: BusValue], _ body: (PendingTask) -> Void) -> Result<String, BusError>
+    func pendingPage(_ range: PageRange, _ body: (PendingTask) -> Void) -> Result<String, BusError>
     func listRunning() -> [RunningTask]
     /// Changes when the stored queue does: a listing's page made earlier is told only while it has not.
     var listingStamp: Int { get }
@@ -145,9 +145,11 @@ final class BusService {
             // The whole queue in one reply, as the interface has always said (clients page with ListPendingPage).
             return .success([.dicts(d.pendingAll().map(\.variant))])
         case .listPendingPage, .listPendingJSON:
-            guard call.args.count == 1, case .dict(let range)? = call.args[0] else {
+            guard call.args.count == 1, case .dict(let asked)? = call.args[0] else {
                 return .failure(SchedulerError.invalidArgs("\(call.method) takes \(method.signature)"))
             }
+            let range: PageRange
+            do { range = try PageRange(variant: asked) } catch { return .failure(error.busError) }
             if method == .listPendingPage {
                 var tasks: [[String: BusValue]] = []
                 return d.pendingPage(range) { tasks.append($0.variant) }.map { [.dicts(tasks), .string($0)] }
@@ -174,23 +176,22 @@ final class BusService {
     /// A `ListPendingJSON` page: the one made ahead for this caller if it still holds, else made now. The page
     /// after it is made in the round after this reply, while the bus carries this one: a whole listing asks for page
     /// after page, and bgtaskd, not the round trip, is then what paces it.
-    func jsonPage(_ d: [String: BusValue], for sender: String, _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
-        let range = try? PageRange(variant: d)
+    func jsonPage(_ range: PageRange, for sender: String, _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
         var reply: Result<[BusValue], BusError>?
-        if let p = ahead, let range, p.sender == sender, p.range == range, p.stamp == commands.listingStamp,
+        if let p = ahead, p.sender == sender, p.range == range, p.stamp == commands.listingStamp,
            monotonic() - p.made <= BusService.aheadLife {
             reply = p.reply
         }
         ahead = nil
-        let page = reply ?? BusService.jsonPage(d, commands)
+        let page = reply ?? BusService.jsonPage(range, commands)
         // None after a page of one task, a page that failed, or the last page.
-        if case .success(let v) = page, let range, range.id == nil, let next = v.last?.string, !next.isEmpty {
+        if case .success(let v) = page, range.id == nil, let next = v.last?.string, !next.isEmpty {
             var following = range
             following.after = next
             afterReply.append { [unowned self] in
                 let stamp = commands.listingStamp
                 self.ahead = Ahead(sender: sender, range: following, stamp: stamp, made: monotonic(),
-                                   reply: BusService.jsonPage(following.variant, commands))
+                                   reply: BusService.jsonPage(following, commands))
             }
         }
         return page
@@ -211,9 +212,9 @@ final class BusService {
     static let aheadLife = 0.25
 
     /// A `ListPendingJSON` page, each task written as it is made: no page of tasks held beside its text.
-    static func jsonPage(_ d: [String: BusValue], _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
+    static func jsonPage(_ range: PageRange, _ commands: any ServiceCommands) -> Result<[BusValue], BusError> {
         var lines = JSONLines()
-        return commands.pendingPage(d) { lines.append($0) }.map { [.bytes(lines.bytes), .string($0)] }
+        return commands.pendingPage(range) { lines.append($0) }.map { [.bytes(lines.bytes), .string($0)] }
     }
 
     /// Tasks as `bgtask pending --json` prints each, one a line: the bytes of a page (`ListPendingJSON`).
@@ -221,12 +222,10 @@ final class BusService {
         var out = JSONBytes(capacity: 1 << 16)
         var iso = (second: Double.nan, text: "")
         var lists = BusValue.SharedLists()
-        var count = 0
 
         mutating func append(_ t: PendingTask) {
-            if count > 0 { out.byte(0x0A) }
+            if !out.bytes.isEmpty { out.byte(0x0A) }
             t.writeJSON(into: &out, iso: &iso, lists: &lists)
-            count += 1
         }
         var bytes: [UInt8] { out.bytes }
     }

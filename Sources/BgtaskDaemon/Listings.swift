@@ -62,9 +62,7 @@ extension QueueDriver {
     /// The page of waiting tasks a `PageRange` asks for (`ListPendingPage`, `ListPendingJSON`), each task given to
     /// `body` as it is made (a page is held once, as the rows read), and the cursor of the page after it (empty after
     /// the last).
-    func pendingPage(_ d: [String: BusValue], _ body: (PendingTask) -> Void) -> Result<String, BusError> {
-        let range: PageRange
-        do { range = try PageRange(variant: d) } catch { return .failure(error.busError) }
+    func pendingPage(_ range: PageRange, _ body: (PendingTask) -> Void) -> Result<String, BusError> {
         let limit = range.limit ?? RequestBounds.pageDefault
         guard (1...RequestBounds.pageMost).contains(limit) else {
             return .failure(SchedulerError.invalidArgs("limit: a number of tasks from 1 to \(RequestBounds.pageMost)"))

@@ -457,6 +457,10 @@ struct ServiceTests {
         #expect(first["command"] == .array([.string("echo"), .string("a \"quoted\"\tword\n"), .string("é")]), "escapes survive the round trip")
         #expect(first["submitted_iso"] != nil && first["rule"] == .string("processing.needs-power"))
         #expect(d.call(.listPendingJSON, [.dict(PageRange(limit: 0).variant)]).failureName == SchedulerError.invalidArgs.rawValue)
+        // A range whose key has the wrong type is refused as the call's arguments, by either listing, before any row is read.
+        for method in [SchedulerMethod.listPendingJSON, .listPendingPage] {
+            #expect(d.call(method, [.dict(["limit": .string("ten")])]).failureName == SchedulerError.invalidArgs.rawValue, "\(method)")
+        }
     }
 
     @Test("A client over the bus pages the whole queue as JSON, asking each next page before it is given the last: every task once, in order")
