@@ -79,21 +79,24 @@ extension BusValue {
     public static func writeJSON(number t: Double, key: String, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
         out.number(t)
         guard timeKeys.contains(key) else { return }
-        let second = t.rounded(.down)
-        if iso.second != second { iso = (second, isoText(t)) }
         out.byte(0x2C)
         out.string(key + "_iso")
         out.byte(0x3A)
-        out.string(iso.text)
+        out.string(isoTwin(t, cached: &iso))
     }
 
     /// A time, and its `_iso` twin after it under `isoKey` (`,"submitted_iso":`, as written).
     public static func writeJSON(time t: Double, isoKey: StaticString, into out: inout JSONBytes, iso: inout (second: Double, text: String)) {
         out.number(t)
+        out.raw(isoKey)
+        out.string(isoTwin(t, cached: &iso))
+    }
+
+    /// `isoText(t)`, made again only when the second differs from the last one's: a page's times are mostly close.
+    static func isoTwin(_ t: Double, cached iso: inout (second: Double, text: String)) -> String {
         let second = t.rounded(.down)
         if iso.second != second { iso = (second, isoText(t)) }
-        out.raw(isoKey)
-        out.string(iso.text)
+        return iso.text
     }
 
     /// A list of dictionaries, copied from `lists` when the same list (its storage) was written last.

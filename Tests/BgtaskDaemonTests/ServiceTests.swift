@@ -116,6 +116,13 @@ final class InProcessDaemon {
         return call(.submit, [.dict(o.variant), .strings(argv)])
     }
 
+    /// `n` tasks submitted that wait for the charger (`job-0` …, or as `id` names them).
+    func submitWaitingForPower(_ n: Int, argv: [String] = ["true"], id: (Int) -> String = { "job-\($0)" }) throws {
+        var o = SubmitOptions()
+        o.requiresExternalPower = true
+        for i in 0..<n { _ = try submit(id(i), o, argv: argv).get() }
+    }
+
     func pending(_ range: PageRange = PageRange()) throws -> [PendingTask] {
         let reply = try call(.listPendingPage, [.dict(range.variant)]).get()
         guard case .dicts(let list)? = reply.first else { throw DaemonTestFailure("ListPending replied \(reply)") }
@@ -308,9 +315,7 @@ struct ServiceTests {
     @Test("a plug that makes 40 tasks due starts max_running of them; the others rest on a slot, decided once for their group; a freed slot starts the next in line")
     func dueTasksRestOnASlot() throws {
         let d = try InProcessDaemon(policy: Self.fastPower + "\n\n[daemon]\nmax_running = 2\n", readings: Self.onBattery)
-        var o = SubmitOptions()
-        o.requiresExternalPower = true
-        for i in 0..<40 { _ = try d.submit(String(format: "job-%02d", i), o).get() }
+        try d.submitWaitingForPower(40, id: { String(format: "job-%02d", $0) })
         #expect(d.daemon.driver.queue.restingCount == 40 && d.daemon.driver.queue.awake.isEmpty)
         let made = d.daemon.driver.rounds.supervisorsMade
         d.conditions(Self.charger)
@@ -422,9 +427,7 @@ struct ServiceTests {
     @Test("ListPendingJSON pages the queue as ListPendingPage does, each task a line of the JSON `bgtask pending --json` prints")
     func pendingAsJSONLines() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
-        var o = SubmitOptions()
-        o.requiresExternalPower = true
-        for i in 0..<5 { _ = try d.submit("job-\(i)", o, argv: ["echo", "a \"quoted\"\tword\n", "é"]).get() }
+        try d.submitWaitingForPower(5, argv: ["echo", "a \"quoted\"\tword\n", "é"])
         var later = SubmitOptions()
         later.earliest = Date().timeIntervalSince1970 + 3600
         _ = try d.submit("later", later).get()
@@ -466,9 +469,7 @@ struct ServiceTests {
     @Test("A client over the bus pages the whole queue as JSON, asking each next page before it is given the last: every task once, in order")
     func pendingJSONPagesOverTheBus() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
-        var o = SubmitOptions()
-        o.requiresExternalPower = true
-        for i in 0..<7 { _ = try d.submit("job-\(i)", o).get() }
+        try d.submitWaitingForPower(7)
         let client = try BusConnection(address: d.bus.address)
         var pages: [[String]] = []
         // The daemon's service answers on this thread's default context, which the client's wait runs.
@@ -487,9 +488,7 @@ struct ServiceTests {
     @Test("the next JSON page is made while the last is on its way, and told only while no row of the queue changed since")
     func jsonPageMadeAhead() throws {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
-        var o = SubmitOptions()
-        o.requiresExternalPower = true
-        for i in 0..<9 { _ = try d.submit("job-\(i)", o).get() }
+        try d.submitWaitingForPower(9)
         func page(after: String?, sender: String = ":1.42") throws -> (ids: [String], next: String) {
             let reply = try d.call(.listPendingJSON, [.dict(PageRange(after: after, limit: 3).variant)], sender: sender).get()
             guard reply.count == 2, let lines = reply[0].bytes, let next = reply[1].string else { throw DaemonTestFailure("replied \(reply)") }
