@@ -78,7 +78,7 @@ let package = Package(
 
         // bgtaskd: the queue, N supervisors in one GLib loop, the D-Bus interface.
         .target(name: "BgtaskDaemon", dependencies: ["BgtaskBus", "BgtaskFiles", "BgtaskProtocol", "BgtaskQueue", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskJSON",
-                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "CLinux", "CSystemd"]),
+                                                     "BgtaskCore", "BgtaskPolicy", "BgtaskProbes", "BgtaskStorage", "CLinux", "CSystemd"]),
         // An empty ICU data package in place of Foundation's 32 MiB one (bgtask asks ICU for no locale data).
         .target(name: "CICUNoData"),
         .executableTarget(name: "bgtaskd", dependencies: ["BgtaskDaemon", "BgtaskConfig", "BgtaskProbes", "CICUNoData",
@@ -103,7 +103,7 @@ let package = Package(
                           plugins: ["BgtaskProtocolPlugin"]),
         .executableTarget(name: "bgtask-cli", dependencies: ["BgtaskProtocol", 
             "BgtaskJSON", "BgtaskProbes", "BgtaskPolicy", "BgtaskCore", "BgtaskRun", "BgtaskAudit", "BgtaskConfig", "BgtaskBus",
-            "CICUNoData", "CLinux", "BgtaskQueue",
+            "CICUNoData", "CLinux", "BgtaskQueue", "BgtaskStorage",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], path: "Sources/bgtask"),
         // umockdev testbeds and child-process helpers shared by the integration tests and the benchmark.
@@ -118,7 +118,8 @@ let package = Package(
                     exclude: ["BadPolicies", "Traces"]),
         .testTarget(name: "IntegrationTests", dependencies: ["BgtaskProbes", "BgtaskConfig", "BgtaskTestSupport"]),
         .testTarget(name: "BgtaskRunTests", dependencies: ["BgtaskRun", "BgtaskConfig", "BgtaskCore", "BgtaskPolicy", "BgtaskProbes"]),
-        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskFiles", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport"]),
+        .testTarget(name: "BgtaskDaemonTests", dependencies: ["BgtaskDaemon", "BgtaskFiles", "BgtaskProtocol", "BgtaskJSON", "BgtaskQueue", "BgtaskCore", "BgtaskPolicy", "BgtaskBus", "BgtaskConfig", "BgtaskProbes", "BgtaskRun", "BgtaskTestSupport",
+                                                                   .product(name: "GRDB", package: "GRDB.swift")]),
         // The seeds' code shapes, compiled unchanged against BackgroundTasks (Swift 5 mode, as Apple's samples).
         .testTarget(name: "BackgroundTasksTests", dependencies: ["BackgroundTasks", "BgtaskTestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

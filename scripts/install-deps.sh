@@ -3,14 +3,14 @@
 # benchmarks' peers):
 # umockdev (fake sysfs + uevents), the real upowerd, dbus-daemon, gdbus, python3-dbusmock, bubblewrap (a
 # Flatpak-shaped sandbox for the caller checks), tmux (completion in a real terminal), prometheus (promtool),
-# chromium (bgtask report rendered headless),
+# chromium (bgtask report rendered headless), faketime (a clock on a daylight-saving day),
 # and systemd (a user
 # manager of the test's own, in a mount namespace made by util-linux's unshare).
 set -euo pipefail
 pkgs=(pkg-config libudev-dev libupower-glib-dev libglib2.0-dev libsqlite3-dev libsystemd-dev make binutils python3)
 if [[ "${1:-}" == "--test" || "${1:-}" == "--bench" ]]; then
   pkgs+=(umockdev libumockdev-dev gir1.2-umockdev-1.0 upower dbus libglib2.0-bin python3-dbusmock python3-gi
-         make binutils file man-db groff-base bash bash-completion tmux zsh fish systemd util-linux mount bubblewrap prometheus chromium)
+         make binutils file man-db groff-base bash bash-completion tmux zsh fish systemd util-linux mount bubblewrap prometheus chromium faketime)
 fi
 # --bench: also the peers the benchmarks measure beside bgtask (`at`, for `bgtask submit`).
 [[ "${1:-}" == "--bench" ]] && pkgs+=(at)

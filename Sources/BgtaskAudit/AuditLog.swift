@@ -70,7 +70,12 @@ public struct AuditError: Error, CustomStringConvertible {
 /// thread that records (bgtaskd's loop, `bgtask run`'s), as bgtask uses it.
 public final class AuditLog: RunObserver, @unchecked Sendable {
     public let path: String
-    let db: DatabaseQueue
+    /// Replaced only when the file was removed or replaced under it, on the recording thread (`writer()`).
+    private(set) var db: DatabaseQueue
+    let configuration: Configuration
+    var held: HeldFile?
+    /// Told when the trail's file was found removed or replaced under this writer, and what was done.
+    public var onRestore: ((String) -> Void)?
     public static let retentionDays = 30.0
     /// Frees SQLite's page cache (a daemon's start prunes and reads the trail).
     public func releaseMemory() { db.releaseMemory() }
@@ -101,9 +106,11 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             if !db.configuration.readonly { try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         }
         var opened: DatabaseQueue?
+        configuration = config
         do {
             db = try Connections.open(path: path, configuration: config)
             opened = db
+            held = HeldFile(path: path)
             // One connection for the check and the work (see `Connections` for what a second one would cost).
             let db = self.db
             let kind = AuditLog.kind
@@ -136,11 +143,40 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             throw e
         } catch {
             opened.map(Connections.close)
-            throw AuditError(path: path, message: "\(error)")
+            throw AuditError(path: path, message: DiskSpace.explain(error, file: path) ?? "\(error)")
         }
     }
 
     deinit { Connections.close(db) }
+
+    /// The connection to write with, once the path is seen to name its file still (one `stat`). The trail has
+    /// several writers (bgtaskd, each `bgtask run`), so what is done holds the trail's lock and looks again: a trail
+    /// removed is written back from what this writer holds (`HeldFile`); one that another writer put back, or a
+    /// new one, is taken up as it is.
+    func writer() throws -> DatabaseQueue {
+        if let n = HeldFile(path: path), n == held { return db }
+        try AuditLog.withLock(path + ".lock") {
+            if let n = HeldFile(path: path) {
+                guard n != held else { return }
+                let other = try Connections.open(path: path, configuration: configuration)
+                guard try other.read({ try AuditLog.kind.verdict($0) }) == .ours else {
+                    Connections.close(other)
+                    throw AuditError(path: path, message: "was replaced under bgtask by a file that is not its audit trail; refusing to write to it")
+                }
+                Connections.close(db)
+                db = other
+                held = n
+                onRestore?("\(path) was replaced under its writer by another audit trail; writing to that one")
+                return
+            }
+            do {
+                onRestore?(try HeldFile.writeBack(&db, held: &held, at: path, configuration: configuration))
+            } catch let e as DatabaseRestoreError {
+                throw AuditError(path: e.path, message: e.message)
+            }
+        }
+        return db
+    }
 
     /// Before anything else: an existing, non-empty file must at least be an SQLite database.
     static func checkHeader(_ path: String) throws {
@@ -172,7 +208,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     }
 
     public func prune(now: Double) throws {
-        try db.write { db in
+        try writer().write { db in
             try db.execute(sql: "DELETE FROM decision WHERE time < ?", arguments: [now - AuditLog.retentionDays * 86_400])
             try db.execute(sql: """
                 DELETE FROM decision WHERE id <= (SELECT id FROM decision ORDER BY id DESC LIMIT 1 OFFSET ?)
@@ -189,7 +225,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public func append(contentsOf entries: [AuditEntry]) throws {
         // Statements prepared once and kept, arguments given as they are: each Submit records its first wait, and
         // a record's Codable insert and a statement parsed anew were a tenth of its CPU.
-        try db.write { db in
+        try writer().write { db in
             let insert = try db.cachedStatement(sql: AuditLog.insertSQL), latest = try db.cachedStatement(sql: AuditLog.latestSQL)
             for e in entries {
                 try insert.execute(arguments: [e.time, e.runID, e.taskID, e.event, e.verdict, e.detail, e.rules, e.conditions,
@@ -239,7 +275,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
         let entries = buffer
         buffer = []
         do { try append(contentsOf: entries) } catch {
-            fputs("bgtask: audit trail \(path): \(error) (\(entries.count) entries lost)\n", stderr)
+            fputs("bgtask: audit trail \(path): \(DiskSpace.explain(error, file: path) ?? "\(error)") (\(entries.count) entries lost)\n", stderr)
         }
     }
 

@@ -156,6 +156,9 @@ public struct BusError: Error, CustomStringConvertible, Equatable {
     public static let disconnected = "org.freedesktop.DBus.Error.Disconnected"
     public static let timedOut = "org.freedesktop.DBus.Error.TimedOut"
     public static let failed = "org.freedesktop.DBus.Error.Failed"
+    /// Not a bus error: the peer answered with a reply of another type than the interface says (this module's
+    /// own name; the message says what came and what was expected).
+    public static let wrongReply = "io.github.bgtask.Error.WrongReply"
     /// The short form of the name (`NotPermitted`).
     public var shortName: String { name.split(separator: ".").last.map(String.init) ?? name }
 }
@@ -295,8 +298,10 @@ public final class BusConnection: @unchecked Sendable {
     }
 
     /// Calls a method and waits for the reply (bounded by `timeoutMs`). Returns the reply's arguments.
+    /// With `replySignature` (the out arguments' tuple: `(s)`, `(aa{sv}s)`, `()` for none), a reply of any other type is
+    /// `BusError.wrongReply`: a peer is never trusted to answer as its interface says.
     public func call(_ method: String, _ args: [BusValue], destination: String?, path: String,
-                     interface: String, timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
+                     interface: String, timeoutMs: Int32 = 25_000, replySignature: String? = nil) throws(BusError) -> [BusValue] {
         var children: [OpaquePointer?] = args.map { $0.variant() }
         let params = g_variant_new_tuple(&children, gsize(children.count))
         var err: UnsafeMutablePointer<GError>?
@@ -312,6 +317,12 @@ public final class BusConnection: @unchecked Sendable {
             throw BusError(name, message)
         }
         defer { g_variant_unref(reply) }
+        if let want = replySignature {
+            let got = String(cString: g_variant_get_type_string(reply))
+            if got != want {
+                throw BusError(BusError.wrongReply, "\(destination ?? "the peer") answered \(method) with \(got), not \(want)")
+            }
+        }
         return BusValue.values(reply).compactMap { $0 }
     }
 

@@ -44,8 +44,14 @@ public struct AppManifest: Sendable, Equatable {
             s.unicodeScalars.allSatisfy { ($0 >= "a" && $0 <= "z") || ($0 >= "A" && $0 <= "Z") || ($0 >= "0" && $0 <= "9") || "._-".unicodeScalars.contains($0) }
     }
 
-    /// Parses a manifest's text; every problem is reported at its file:line.
+    /// Parses a manifest's text; every problem is reported at its file:line. A text parsed before for the same path
+    /// gives the result it gave (`TOMLMemo`: TOMLKit frees nothing it parses, and manifests are read at every reload).
     public static func parse(_ text: String, path: String) -> Result<AppManifest, PolicyErrors> {
+        memo.value(path: path, text: text) { parseText(text, path: path) }
+    }
+    static let memo = TOMLMemo<Result<AppManifest, PolicyErrors>>()
+
+    static func parseText(_ text: String, path: String) -> Result<AppManifest, PolicyErrors> {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         func lineOf(_ key: String) -> Int {
             (lines.firstIndex { $0.drop { $0 == " " || $0 == "\t" }.hasPrefix(key) && $0.contains("=") } ?? 0) + 1

@@ -41,6 +41,9 @@ public enum RunEnd {
         /// It ran and ended with `status`. `expiredByRule` is the rule that ended it, if one did; `ownStatus` is the
         /// command's own exit status when it exited by itself (nil when a signal of ours ended it).
         case ended(status: Int32, expiredByRule: String?, ownStatus: Int32?)
+        /// Someone cancelled it (`bgtask cancel`, an app, a notification's Cancel) while it ran: whatever its end
+        /// status — the SIGTERM of the cancel included — the request is over.
+        case cancelled
     }
 
     /// What happens next.
@@ -66,6 +69,9 @@ public enum RunEnd {
         switch outcome {
         case .notStarted:
             return .tryAgain(notBefore: now + backoff)
+        case .cancelled:
+            // Terminal: not retried (its SIGTERM is no failure), no next period or elapse, no wait again.
+            return .done
         case .ended(let s, let r, let o):
             (status, rule, own) = (s, r, o)
         }

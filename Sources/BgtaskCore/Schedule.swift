@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+@preconcurrency import Glibc
+#endif
 import BgtaskPolicy
 
 /// The daemon's queue rules that are not about one task's conditions: periodic schedules, retries,
@@ -6,9 +9,30 @@ public enum Schedule {
     /// The next due time of `--every P` work anchored at `anchor`, after a launch at `after`: the first
     /// `anchor + k·P` later than `after`. Periods missed while the machine was off or asleep are not
     /// run one by one (as systemd's `Persistent=`): whatever was missed, the work is due once, now.
+    /// A period of whole days (`--every 1d --at 02:00`) steps by the local calendar, as systemd's calendar timers
+    /// do: 02:00 stays 02:00 across a daylight-saving change, whose day has 23 or 25 hours.
     public static func nextPeriodic(anchor: Double, every: Double, after: Double) -> Double {
         guard every > 0, every.isFinite, after.isFinite, anchor.isFinite else { return after }
         if after < anchor { return anchor }
+        let days = every / 86_400
+        if days >= 1, days == days.rounded(), days <= 36_500 {
+            let step = Int(days)
+            var a = time_t(anchor.rounded(.down))
+            var parts = tm()
+            localtime_r(&a, &parts)
+            let frac = anchor - anchor.rounded(.down)
+            func nth(_ k: Int) -> Double {
+                var p = parts
+                p.tm_mday += Int32(k * step)
+                p.tm_isdst = -1   // the zone's rule on that date, not the anchor's
+                return Double(mktime(&p)) + frac
+            }
+            // From the period count in seconds (off by at most one per change crossed), to the first one after.
+            var k = max(1, Int(((after - anchor) / every).rounded(.down)) - 1)
+            while k > 1, nth(k - 1) > after { k -= 1 }
+            while nth(k) <= after { k += 1 }
+            return nth(k)
+        }
         let k = ((after - anchor) / every).rounded(.down) + 1
         return anchor + k * every
     }

@@ -99,8 +99,29 @@ public func localTime(_ epoch: Double? = nil) -> TimeFields {
     var tm = tm()
     localtime_r(&t, &tm)
     let days = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+    let at = epoch ?? Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     return TimeFields(hour: Int(tm.tm_hour), secondsSinceMidnight: Double(tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec),
-                      weekday: days[Int(tm.tm_wday)])
+                      weekday: days[Int(tm.tm_wday)], secondsUntil: { secondsUntilLocal($0, from: at) })
+}
+
+/// Seconds from `epoch` until the local clock next reads time of day `target` (seconds since midnight), found
+/// as systemd finds a calendar time: the broken-down date with that time, normalized by mktime(3), today or on a
+/// later day, so a day of 23 or 25 hours is one day. A time a spring-forward skips is taken where mktime puts it
+/// (an hour later); one a fall-back repeats, at its first occurrence after `epoch`.
+public func secondsUntilLocal(_ target: Double, from epoch: Double) -> Double {
+    var t = time_t(epoch.rounded(.down))
+    var today = tm()
+    localtime_r(&t, &today)
+    let whole = Int(target.rounded(.down))
+    for day in 0...2 {
+        var c = today
+        c.tm_mday += Int32(day)
+        c.tm_hour = Int32(whole / 3600); c.tm_min = Int32(whole % 3600 / 60); c.tm_sec = Int32(whole % 60)
+        c.tm_isdst = -1
+        let e = Double(mktime(&c)) + (target - Double(whole))
+        if e > epoch { return e - epoch }
+    }
+    return TimeFields.evenDays(target, from: Double(today.tm_hour * 3600 + today.tm_min * 60 + today.tm_sec))
 }
 
 /// Between the probes' JSON values and the policy's values: the one place the two meet.

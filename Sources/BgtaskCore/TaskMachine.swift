@@ -152,6 +152,10 @@ public struct TaskMachine: Sendable {
     public let enqueuedAt: Double
     public let limits: TaskLimits
     public private(set) var startedAt: Double?
+    /// Seconds spent paused in pauses that have ended, and the start of the pause under way: a budget and
+    /// `task.running` count seconds of running (docs/protocol.md), not the time since the start.
+    public private(set) var pausedFor: Double = 0
+    var pausedAt: Double?
     /// Expired by bgtask (a verdict or the budget), so its end is EX_TEMPFAIL whatever the command said.
     public private(set) var expiredByUs = false
     /// The rule whose expire verdict ended the run (the conditions, not the task, ended it), if one did.
@@ -195,6 +199,26 @@ public struct TaskMachine: Sendable {
 
     public var isExpiring: Bool { if case .expiring = phase { return true }; return false }
 
+    /// Seconds the command has run by `now`: from its start, less every pause.
+    public func runningTime(now: Double) -> Double? {
+        guard let s = startedAt else { return nil }
+        return max(0, now - s - pausedFor - (pausedAt.map { max(0, now - $0) } ?? 0))
+    }
+
+    /// The instant from which `runningTime` counts as if the run had never paused; nil while it is paused
+    /// (its running time stands still) or before it started.
+    var runClockStart: Double? {
+        guard let s = startedAt, pausedAt == nil else { return nil }
+        return s + pausedFor
+    }
+
+    /// A pause that ended by any path (a verdict, a thaw to deliver a signal, an expiry) is counted once the
+    /// machine is next looked at.
+    mutating func settlePause(now: Double) {
+        if case .paused = phase { return }
+        if let p = pausedAt { pausedFor += max(0, now - p); pausedAt = nil }
+    }
+
     /// The instant the machine must be looked at again even if no condition changes: a hold elapsing, the
     /// budget, the give-up time, the SIGKILL after a grace, the CPU monitor's next sample.
     public var nextWake: Double? {
@@ -208,7 +232,7 @@ public struct TaskMachine: Sendable {
         case .running, .paused:
             if let n = lastDecision?.nextChangeAt { times.append(n) }
             if let t = timeWake { times.append(t) }
-            if let b = limits.budget, let s = startedAt { times.append(s + b) }
+            if let b = limits.budget, let s = runClockStart { times.append(s + b) }
             if let m = monitorDue { times.append(m) }
         case .expiring(let killAt, let killed):
             if !killed { times.append(killAt) }
@@ -237,7 +261,8 @@ public struct TaskMachine: Sendable {
     /// Evaluates the policy at `now` (new conditions, or the clock reaching `nextWake`) and returns what must change.
     /// `slot` is the scheduler's answer to "may one more task like this start now?": nil yes, else why not.
     public mutating func step(_ evaluator: Policy.Evaluator, now: Double, slot: String? = nil) -> (Decision, [TaskAction]) {
-        if let s = startedAt { task.running = max(0, now - s) } else { task.waited = max(0, now - enqueuedAt) }
+        settlePause(now: now)
+        if let r = runningTime(now: now) { task.running = r } else { task.waited = max(0, now - enqueuedAt) }
         let d = evaluator.decide(task, now: now, hold: &hold)
         lastDecision = d
         startBlock = nil
@@ -326,25 +351,23 @@ public struct TaskMachine: Sendable {
         let eps = 0.001
         var c: [Double] = []
         // Its own window opens or closes.
-        if let w = task.window { c.append(now + w.untilChange(from: time.secondsSinceMidnight) + eps) }
+        if let w = task.window { c.append(now + w.untilChange(from: time) + eps) }
         switch phase {
         case .waiting: c += dep.waited.map { enqueuedAt + $0 + eps }
-        case .running, .paused: if let s = startedAt { c += dep.running.map { s + $0 + eps } }
+        case .running, .paused: if let s = runClockStart { c += dep.running.map { s + $0 + eps } }
         default: return nil
         }
+        // Each by the local calendar (TimeFields.secondsUntil): a day of 23 or 25 hours moves them.
         let sod = time.secondsSinceMidnight
-        if dep.readsHour { c.append(now + (3600 - sod.truncatingRemainder(dividingBy: 3600)) + eps) }
-        if dep.readsWeekday { c.append(now + (86_400 - sod) + eps) }
-        for l in dep.ofDay {
-            var d = (l - sod).truncatingRemainder(dividingBy: 86_400)
-            if d <= 0 { d += 86_400 }
-            c.append(now + d + eps)
-        }
+        if dep.readsHour { c.append(now + time.secondsUntil(((sod / 3600).rounded(.down) + 1).truncatingRemainder(dividingBy: 24) * 3600) + eps) }
+        if dep.readsWeekday { c.append(now + time.secondsUntil(0) + eps) }
+        for l in dep.ofDay { c.append(now + time.secondsUntil(l) + eps) }
         return c.filter { $0 > now }.min()
     }
 
     /// Budgets, giving up, and the SIGKILL after a grace: what time alone decides.
     mutating func deadlines(now: Double) -> [TaskAction] {
+        settlePause(now: now)
         switch phase {
         case .waiting:
             if limits.noWait, let d = lastDecision, (d.verdict != .run && d.verdict != .throttle) || startBlock != nil {
@@ -356,7 +379,7 @@ public struct TaskMachine: Sendable {
                 return [.giveUp(reason: .maxWait(m))]
             }
         case .running, .paused:
-            if let b = limits.budget, let s = startedAt, now - s >= b {
+            if let b = limits.budget, let r = runningTime(now: now), pausedAt == nil, r >= b {
                 phase = .expiring(killAt: now + limits.expireGrace, killed: false)
                 expiredByUs = true
                 monitorDue = nil
@@ -406,6 +429,7 @@ public struct TaskMachine: Sendable {
             return [.expire(grace: g, why: .verdict)]
         case (.running(let cap), .defer), (.running(let cap), .pause):
             phase = .paused(cpuCap: cap)
+            pausedAt = now
             return [.pause]
         case (.paused(let cap), .run):
             phase = .running(cpuCap: nil)

@@ -81,10 +81,12 @@ final class AppBroker: AppTaskBroker {
         return .success(m)
     }
 
+    /// The calling process of `app`: a second process of an app is a client of its own, never the first one's replacement.
     func client(_ app: String, _ call: BusCall, _ who: Caller) -> AppClient {
-        if let c = roster.clients[app], c.connection == call.sender { return c }
+        let key = AppClient.Key(connection: call.sender, app: app)
+        if let c = roster.clients[key] { return c }
         let c = AppClient(id: app, connection: call.sender, pid: who.pid)
-        roster.clients[app] = c
+        roster.clients[key] = c
         return c
     }
 
@@ -101,7 +103,7 @@ final class AppBroker: AppTaskBroker {
             var list: [AppInfo] = visible.sorted { $0.id < $1.id }.map { m in
                 let standing = queue.standing(app: m.id)
                 return AppInfo(id: m.id, name: m.name, path: m.path, command: m.command, identifiers: m.identifiers, kinds: m.kinds.map(\.rawValue).sorted(),
-                               resources: m.resources.sorted(), enabled: !roster.disabled.contains(m.id), connected: roster.clients[m.id] != nil,
+                               resources: m.resources.sorted(), enabled: !roster.disabled.contains(m.id), connected: !roster.clients(of: m.id).isEmpty,
                                endedBySystem: UInt32(standing.ended), refreshHeldBackS: standing.holdBack)
             }
             if who.sandbox == .none { list += roster.errors.map { AppInfo(error: $0.description) } }
@@ -138,9 +140,9 @@ final class AppBroker: AppTaskBroker {
         case .appReady:
             let c = client(app, call, who)
             if !c.ready { say("\(app): ready for its tasks (\(c.registered.count) handlers\(c.pid.map { ", pid \($0)" } ?? ""))") }
-            c.ready = true
-            for e in queue.runningTasks(app: app) {
-                if let t = e.supervisor.app as? AppTask, !t.delivered { say("\(e.id): \(deliver(t, kind: e.row.kind))") }
+            roster.markReady(c)
+            for e in queue.runningTasks(app: app) where !e.supervisor.isDone {
+                if let t = e.supervisor.app as? AppTask, !t.delivered { handOver(e, t, "") }
             }
             return .success([])
         case .appSubmit:
@@ -174,7 +176,8 @@ final class AppBroker: AppTaskBroker {
             guard let identifier = str(1), call.args.count == 4, let handled = call.args[2]?.bool, let reason = str(3) else {
                 return bad("AppLaunchReceived takes (s app_id, s identifier, b handled, s reason)")
             }
-            guard let e = queue.runningTask(AppBroker.key(app, identifier)), let t = e.supervisor.app as? AppTask, t.delivered else {
+            // From the process it was handed to: another process of the app has no launch of it under way.
+            guard let e = queue.runningTask(AppBroker.key(app, identifier)), let t = e.supervisor.app as? AppTask, t.handedTo == call.sender else {
                 return .failure(SchedulerError.noSuchTask("\(identifier) of \(app) is not being launched"))
             }
             if handled { t.handling = true; return .success([]) }
@@ -287,42 +290,17 @@ final class AppBroker: AppTaskBroker {
         if kind == .continued, row.strategy == "fail", let why = queue.cannotStartNow(row) {
             return .failure(SchedulerError.immediateRunIneligible("\(identifier) cannot start now: \(why)"))
         }
-        return queue.enqueue(row)
+        let queued = queue.enqueue(row)
+        if case .success = queued { roster.submitters[key] = call.sender }
+        return queued
     }
 
-    // MARK: Delivering, expiring, ending
-
-    /// Hands a started task to its app: at once if the app is there and ready, else once it is (launching it
-    /// with its manifest's command if it is not running). Several due tasks of one app arrive in one launch.
-    func deliver(_ t: AppTask, kind: TaskKind) -> String {
-        if let c = roster.clients[t.app], c.ready {
-            t.delivered = true
-            bus.emit(.launch, [.string(t.app), .string(t.identifier), .string(kind.rawValue)], to: c.connection)
-            let key = AppBroker.key(t.app, t.identifier)
-            if kind == .continued, let e = queue.startingTask(key) {
-                queue.presenter.show(key: key, appID: t.app, appName: roster.manifests[t.app]?.name ?? t.app,
-                                     title: e.row.title ?? t.identifier, subtitle: e.row.subtitle ?? "")
-            }
-            return "delivered to \(t.app)" + (c.pid.map { " (pid \($0))" } ?? "")
-        }
-        if roster.clients[t.app] != nil { return "waiting for \(t.app) to say it is ready" }
-        if let p = roster.launched[t.app], isAlive(p.pid) { return "waiting for \(t.app) (pid \(p.pid)) to register" }
-        guard let m = roster.manifests[t.app] else { return "\(t.app) has no manifest any more" }
-        do {
-            let p = try TaskProcess.spawn(m.command, background: true, cgroupName: "\(StatePaths.safeName(t.app))-\(getpid())",
-                                          output: StatePaths.outputFile(stateDirectory: stateDirectory, id: "app:" + t.app),
-                                          environment: ["BGTASK_APP_ID=\(t.app)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"])
-            roster.launched[t.app] = p
-            return "launched \(t.app) (pid \(p.pid)) to deliver it"
-        } catch {
-            return "\(t.app) could not be launched: \(error)"
-        }
-    }
+    // MARK: Expiring, ending (deliveries and launches: AppLaunches.swift)
 
     func tellExpire(_ t: AppTask, reason: String) {
         let key = AppBroker.key(t.app, t.identifier)
         roster.expiredReasons[key] = reason
-        guard t.delivered else {
+        guard let connection = t.handedTo else {
             // Expired before the app took it (it was being launched): it is not handed over later; nothing of it ran.
             loop.after(0) { [weak self] in
                 guard let self, let e = self.queue.runningTask(key), !e.supervisor.isDone, (e.supervisor.app as? AppTask) === t else { return }
@@ -331,15 +309,16 @@ final class AppBroker: AppTaskBroker {
             }
             return
         }
-        guard let c = roster.clients[t.app] else { return }
-        bus.emit(.expire, [.string(t.app), .string(t.identifier), .string(reason)], to: c.connection)
+        bus.emit(.expire, [.string(t.app), .string(t.identifier), .string(reason)], to: connection)
     }
 
     /// The app kept a task after its expiration and grace. An app bgtaskd launched is ended (SIGTERM, then
     /// SIGKILL 5 s later); an app the user started is left running. Either way it is recorded against the app.
     func endApp(_ t: AppTask) -> String {
         let against = queue.countAgainst(t.app)
-        if let p = roster.launched[t.app], isAlive(p.pid) {
+        let holder = roster.clients.values.first { $0.id == t.app && $0.connection == t.handedTo }
+        // The process bgtaskd launched, if that is the one that kept it (a process the user started is not ended).
+        if let p = roster.launched[t.app], isAlive(p.pid), holder?.pid == nil || holder?.pid == p.pid {
             p.thawForSignal()
             let pid = p.pid
             queue.end(grace: 5) { isAlive(pid) ? [-pid] : [] }
@@ -348,33 +327,13 @@ final class AppBroker: AppTaskBroker {
         return "\(t.app) did not complete \(t.identifier) after its expiration; \(against) (it was not launched by bgtaskd, so it is left running)"
     }
 
-    /// The app left the bus or its launched process ended: what it had not completed has failed, and
-    /// queued continued work is cancelled (the person who asked for it closed the app).
-    func gone(_ app: String, why: String) {
-        roster.clients[app] = nil
-        for e in queue.runningTasks(app: app) where !e.supervisor.isDone {
-            if let t = e.supervisor.app as? AppTask, !t.handling, t.relaunches < 3 {
-                // Never handed over, or handed to a process that left before its handler ran (a command-line app
-                // exiting right after it scheduled the work): the app is launched for it, as iOS would.
-                if t.delivered { t.relaunches += 1 }
-                t.delivered = false
-                say("\(e.id): \(app) \(why) before handling it; \(deliver(t, kind: e.row.kind))")
-                continue
-            }
-            e.supervisor.appCompleted(success: false, detail: "\(app) \(why) before completing it")
-        }
-        for id in queue.waitingIDs(app: app) where queue.waitingKind(id) == .continued {
-            _ = queue.cancel(id, by: "bgtaskd: \(app) \(why)")
-        }
-        queue.actOnChanges()
-    }
-
     /// A task of the app ended: its view goes, and an app bgtaskd launched is ended once idle. iOS suspends an app
     /// once its background work is done; bgtaskd ends one it launched itself when none of its tasks has run for a
     /// few seconds (SIGTERM). An app the person started is never touched. Returns why it was expired, if it was.
     @discardableResult
     func taskEnded(_ key: String, app: String) -> String? {
         roster.views[key] = nil
+        roster.submitters[key] = nil
         let expired = roster.expiredReasons.removeValue(forKey: key)
         guard roster.launched[app] != nil else { return expired }
         loop.after(AppBroker.launchedAppLinger) { [weak self] in
@@ -389,25 +348,20 @@ final class AppBroker: AppTaskBroker {
     }
     static let launchedAppLinger = 3.0
 
-    /// Reaps app processes bgtaskd launched.
-    func reap() {
-        for (app, p) in roster.launched {
+    /// bgtaskd stops: the apps it launched for background work end with it (thawed, SIGTERM, a grace of at most
+    /// 5 s, SIGKILL), as it ends each once its work is done; left running they would outlive the daemon that
+    /// launched them and hold their tasks' state nobody serves. An app the person started is never touched.
+    func endLaunched() {
+        let live = roster.launched.filter { isAlive($0.value.pid) }.sorted { $0.key < $1.key }
+        guard !live.isEmpty else { return }
+        for (_, p) in live { p.thawForSignal() }
+        let ended = RunProcesses.endAll(live.map { RunProcesses.Target(pgid: $0.value.pid, childStart: 0, containment: $0.value.containment, token: nil) },
+                                        grace: 5)
+        for ((app, p), done) in zip(live, ended) {
             var status: Int32 = 0
-            if waitpid(p.pid, &status, WNOHANG) == p.pid {
-                roster.launched[app] = nil
-                p.cleanUp()
-                gone(app, why: "exited (status \(status >> 8 & 0xff))")
-            }
+            _ = waitpid(p.pid, &status, WNOHANG)
+            say("\(app): bgtaskd stops; ending the app it launched (pid \(p.pid)): \(done)")
         }
-    }
-
-    /// Apps that leave the session bus.
-    func watchConnections() {
-        bus.subscribe(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
-                      path: "/org/freedesktop/DBus") { [unowned self] _, args in
-            guard args.count == 3, let name = args[0].string, let new = args[2].string, new.isEmpty else { return }
-            self.queue.callerLeft(name)
-            for c in self.roster.clients.values where c.connection == name { self.gone(c.id, why: "left the bus") }
-        }
+        roster.launched = [:]
     }
 }

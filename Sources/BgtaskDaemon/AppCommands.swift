@@ -6,6 +6,7 @@ import BgtaskCore
 import BgtaskPolicy
 import BgtaskProtocol
 import BgtaskQueue
+import BgtaskStorage
 import BgtaskRun
 
 /// The queue's side of the app broker's commands (`AppQueue`).
@@ -50,7 +51,7 @@ extension QueueDriver: AppQueue {
     }
 
     func enqueue(_ row: QueuedTask) -> Result<Void, BusError> {
-        do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)")) }
+        do { try store.put(row) } catch { return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(DiskSpace.explain(error, file: store.path) ?? "\(error)")")) }
         // As a Submit: queued now, told pending and decided after the reply (a start then follows "pending").
         let e = add(row, decide: false)
         host.afterReply { [unowned self] in

@@ -72,6 +72,9 @@ public final class Daemon {
         }
         driver = QueueDriver(files: files, options: options, loop: loop, events: events, configuration: configuration, bus: bus)
         driver.host = self
+        // A state file removed or replaced under the daemon is put back before the next write (HeldFile): said.
+        files.store.onRestore = { [unowned driver] in driver.say($0) }
+        files.audit.onRestore = { [unowned driver] in driver.say($0) }
         service.commands = driver
         service.apps = apps
     }
@@ -131,7 +134,7 @@ public final class Daemon {
         driver.rounds.appsConnected = apps.connected
         driver.rounds.newlyResting = false
         let releasing = driver.rounds.quiet.observe(quiet: driver.running.isEmpty, now: now)
-        let next = [events.nextDeadline(sups), driver.rounds.quiet.deadline, sleep.deadline].compactMap { $0 }.min()
+        let next = [events.nextDeadline(sups), driver.rounds.quiet.deadline, sleep.deadline, driver.rounds.unwritten.due].compactMap { $0 }.min()
         loop.setTimer(in: next.map { max(0, $0 - monotonic()) }) { [unowned self] in self.afterRound(conditionsChanged: false) }
         // Last, so that little code runs between giving pages back and the loop's sleep: every page touched after
         // it is faulted in again with its neighbours (the kernel maps 64 KB around a fault).
@@ -157,6 +160,7 @@ public final class Daemon {
     /// SIGTERM (logout, `systemctl --user stop`): running work ends and waits in the queue, then the loop ends.
     func shutdown(signal sig: Int32) {
         guard driver.stop(signal: sig) else { return }
+        apps.endLaunched()
         updateInhibitor()
         driver.announce.send()
         bus.flush()

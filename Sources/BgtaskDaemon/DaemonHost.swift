@@ -18,7 +18,15 @@ extension Daemon: QueueHost {
         return r
     }
 
-    var launcher: TaskLauncher? { options.launcher ?? systemd }
+    var launcher: TaskLauncher? {
+        if let l = options.launcher { return l }
+        // A manager that was not there at bgtaskd's start (bgtaskd started by hand, or before it) is looked for again
+        // at each start of a command: its private socket appearing costs one lstat to see.
+        if systemd == nil, options.systemdUnits, Environment.get("BGTASK_SYSTEMD_UNITS") != "0", SystemdUnits.privateSocket != nil {
+            connectSystemd()
+        }
+        return systemd
+    }
 
     func appTask(for row: QueuedTask) -> AppTask {
         AppTask(broker: apps, app: row.app, identifier: AppBroker.identifier(of: row.id, app: row.app))

@@ -32,6 +32,8 @@ public struct DaemonOptions {
     public var ownsSignals = true
     /// Starts command tasks (nil: a transient systemd unit where a manager runs, else a child process).
     public var launcher: TaskLauncher?
+    /// How long a write to the queue waits for a lock another process holds before it fails (a test's is short).
+    public var queueBusyTimeout = 5.0
     public init(probe: ProbeOptions) { self.probe = probe }
 }
 

@@ -23,6 +23,8 @@ final class StateFiles {
     let journal = Journal()
     /// The starts under way, for a crash between a spawn and its running row.
     let intents: StartIntents
+    /// Runs' ends the queue could not take yet, for a daemon that dies before it does.
+    let ends: UnwrittenEnds
 
     init(_ options: DaemonOptions) throws(DaemonError) {
         do {
@@ -36,7 +38,7 @@ final class StateFiles {
             throw DaemonError(message: "another bgtaskd is running for \(directory) (its lock bgtaskd.lock is held)", status: ExitStatus.tempFail)
         }
         do {
-            store = try QueueStore(path: directory + "/" + QueueStore.file)
+            store = try QueueStore(path: directory + "/" + QueueStore.file, busyTimeout: options.queueBusyTimeout)
             audit = try AuditLog(path: directory + "/" + StatePaths.auditFile)
             audit.batching = true
         } catch {
@@ -44,6 +46,7 @@ final class StateFiles {
             throw DaemonError(message: "\(error)", status: ExitStatus.cantCreate)
         }
         intents = StartIntents(directory: directory)
+        ends = UnwrittenEnds(directory: directory)
     }
 }
 
@@ -90,6 +93,52 @@ struct RoundState {
     var lastLargeReply: Double?
     /// How many apps were connected at the last round (a change re-decides how often zones are read).
     var appsConnected = 0
+    /// Starts and ends the queue could not take when they came, in order, and when they are tried again.
+    var unwritten = UnwrittenWrites()
+}
+
+/// Writes to the queue that failed (another process held its lock past the busy timeout, a full disk), kept in the
+/// order they came and tried again a second apart (each try may wait out the busy timeout): a run's start whose
+/// running row is missing, a run's end (also in `UnwrittenEnds`, for a daemon that dies first).
+struct UnwrittenWrites {
+    struct Write {
+        let id: String
+        let isStart: Bool
+        let write: (QueueStore) throws -> Void
+    }
+    static let retryInterval = 1.0
+    private(set) var writes: [Write] = []
+    /// When the next try is due (monotonic clock); nil with nothing to write.
+    private(set) var due: Double?
+
+    var isEmpty: Bool { writes.isEmpty }
+    var hasStart: Bool { writes.contains(where: \.isStart) }
+
+    mutating func add(_ w: Write, now: Double) {
+        if !w.isStart { runEnded(w.id) }
+        writes.append(w)
+        if due == nil { due = now + UnwrittenWrites.retryInterval }
+    }
+
+    /// The run of `id` ended: a start of it still to write is dropped, since the end's transaction removes the
+    /// request of that run whatever its state, and a start written after it would bring back a running row.
+    mutating func runEnded(_ id: String) {
+        writes.removeAll { $0.isStart && $0.id == id }
+        if writes.isEmpty { due = nil }
+    }
+
+    /// Tries each in order, stopping at the first that fails again (the queue is still held): true once all are written.
+    mutating func retry(_ store: QueueStore, now: Double) -> Bool {
+        while let w = writes.first {
+            do { try w.write(store) } catch {
+                due = now + UnwrittenWrites.retryInterval
+                return false
+            }
+            writes.removeFirst()
+        }
+        due = nil
+        return true
+    }
 }
 
 /// The rows of the first tasks in line of each resting group, kept from when each began to rest: a plug that

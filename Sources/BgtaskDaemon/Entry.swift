@@ -21,12 +21,21 @@ import BgtaskRun
 final class Entry {
     var row: QueuedTask
     let supervisor: Supervisor
+    /// What its run's end left in the queue, once written (`QueueDriver.persistEnd`, when the run ended).
+    var ended: EndOfRun?
     init(row: QueuedTask, supervisor: Supervisor) {
         self.row = row
         self.supervisor = supervisor
     }
     var id: String { row.id }
     var isWaiting: Bool { supervisor.machine.phase == .waiting }
+}
+
+/// What a run's end leaves: the request waiting again (a retry, the next period or elapse, a wait for its conditions),
+/// if any, and what is said of it.
+struct EndOfRun {
+    let next: QueuedTask?
+    let said: String?
 }
 
 /// Gives each task's events its own run id in the shared audit trail, and sends them to the journal too.

@@ -238,10 +238,11 @@ extension QueueDriver {
             let s = e.supervisor
             var t = RunningTask(id: e.id, app: e.row.app, kind: e.row.kind.rawValue, state: s.machine.phase.state, command: e.row.command)
             t.pid = s.pid.map { UInt32($0) }
-            if let started = s.startedAt {
+            if let started = s.startedAt, let running = s.machine.runningTime(now: mono) {
                 let runtime = max(0, mono - started)
                 t.runtime = runtime
-                t.budgetLeft = s.machine.limits.budget.map { max(0, $0 - runtime) }
+                // The budget counts seconds of running; a pause does not use it up.
+                t.budgetLeft = s.machine.limits.budget.map { max(0, $0 - running) }
                 if let cpu = s.taskProcess?.cpuSeconds(), runtime > 0 { t.cpuShare = cpu / runtime * 100 }
             }
             if case .running(let cap?) = s.machine.phase { t.cpuCap = UInt32(cap) }

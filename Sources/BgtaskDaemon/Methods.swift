@@ -8,6 +8,7 @@ import BgtaskCore
 import BgtaskPolicy
 import BgtaskProtocol
 import BgtaskQueue
+import BgtaskStorage
 import BgtaskRun
 
 /// The commands the bus service's methods ask for (`BusService` takes the call and gives the reply).
@@ -44,6 +45,7 @@ extension QueueDriver: ServiceCommands {
         if argv.isEmpty || argv[0].isEmpty { return bad("the command is empty") }
         if argv.count > RequestBounds.maxArguments { return bad("the command has \(argv.count) arguments, over \(RequestBounds.maxArguments)") }
         if argv.reduce(0, { $0 + $1.utf8.count + 1 }) > RequestBounds.maxCommandBytes { return bad("the command is over \(RequestBounds.maxCommandBytes) bytes") }
+        if let why = CommandCheck.oversizeArgument(argv) { return bad(why) }
         let id = opts.id ?? TaskID.fromCommand(argv[0])
         if let why = TaskID.problem(id) { return bad(why) }
         guard let kind = TaskKind(rawValue: opts.kind ?? "processing") else { return bad("kind '\(opts.kind ?? "")': one of \(TaskKind.names)") }
@@ -97,9 +99,12 @@ extension QueueDriver: ServiceCommands {
             }
             row.directory = s
         }
+        // Found as a start will look for it (bgtaskd's PATH, or the working directory): what cannot run is refused
+        // now, as systemd-run refuses it, not found missing at each start. A file removed later still fails then.
+        if let why = CommandCheck.notRunnable(argv[0], directory: row.directory, path: CommandCheck.searchPath) { return bad(why) }
         if let why = queue.refusal(for: Scheduler.Job(fields: row.fields)) { return .failure(SchedulerError.tooManyPending(why)) }
         do { try store.put(row) } catch {
-            return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(error)"))
+            return .failure(SchedulerError.unavailable("cannot store the request (nothing was queued): \(DiskSpace.explain(error, file: store.path) ?? "\(error)")"))
         }
         let replaced = queue.removeWaiting(id) != nil
         // In the queue now; its first verdict (the policy's evaluation, its "waiting" line, its rest), what it says
@@ -115,24 +120,32 @@ extension QueueDriver: ServiceCommands {
         return .success(id)
     }
 
-    /// Removes the pending request `id` and expires its running task. `by` is who asked, as the audit trail
-    /// records it ("bgtask cancel", "the app (cancelAllTaskRequests)", …): never the user for what an app did.
+    /// Removes the pending request `id` and expires its running task, for good: the run's end is the request's end
+    /// (no retry, no next period or elapse), and the queue says so before the reply, so neither a crash's recovery
+    /// nor a restart brings it back. `by` is who asked, as the audit trail records it ("bgtask cancel", "the app
+    /// (cancelAllTaskRequests)", …): never the user for what an app did.
     func cancel(_ id: String, by who: String) -> Result<String, BusError> {
+        let waiting = queue.isWaiting(id)
+        let run = running[id].flatMap { $0.supervisor.isDone ? nil : $0 }
+        guard waiting || run != nil else { return .failure(SchedulerError.noSuchTask("no task \(id)")) }
+        // A resting task's row is the queue's alone: read before it goes, for the story's run id and fields.
+        let restingRow = waiting && queue.awake[id] == nil ? restingRow(id) : nil
+        do { try store.cancel(id, by: who) } catch {
+            return .failure(SchedulerError.unavailable("\(id): the cancel cannot be written to the queue (nothing was cancelled): \(error)"))
+        }
         var done: [String] = []
-        if let removed = queue.removeWaiting(id) {
-            // A resting task's row is the queue's alone: read before it goes, for the story's run id and fields.
-            let row = removed.item?.row ?? restingRow(id)
-            _ = try? store.remove(id, state: "pending")
+        if waiting, let removed = queue.removeWaiting(id) {
+            let row = removed.item?.row ?? restingRow
             recordEvent(RunEvent(kind: .gaveUp, monotonic: monotonic(), detail: "cancelled (\(who))", decision: nil,
                                   conditions: [:], exitStatus: nil, runID: removed.item?.supervisor.runOptions.runID ?? row.map(QueueDriver.runID(of:))),
                         task: row?.fields ?? TaskFields(id: id))
             done.append("removed the pending request")
         }
-        if let e = running[id], !e.supervisor.isDone {
+        if let e = run {
+            e.row.cancelled = who
             e.supervisor.expireNow(now: monotonic(), why: "cancelled by \(who)")
             done.append("expired the running task")
         }
-        guard !done.isEmpty else { return .failure(SchedulerError.noSuchTask("no task \(id)")) }
         announce.emit(.taskChanged, [.string(id), .string("cancelled")])
         return .success(done.joined(separator: "; "))
     }

@@ -188,17 +188,10 @@ final class QueueDriver {
     /// The queue's part of a round: ends what is done, lets waiting work take freed slots, then its housekeeping
     /// and the audit trail's write.
     func settle(now: Double) {
+        writeUnwritten(now: now)
         events.timersDue(supervisors, now: now)
         queue.account(now: now, day: localDay())
-        var decideAgain: Set<String> = []
-        for (id, e) in running where e.supervisor.isDone {
-            decideAgain.formUnion(queue.finish(id).decideAgain)
-            finished(e)
-        }
-        for (id, e) in queue.awake where e.supervisor.isDone {   // could not be spawned, or gave up
-            queue.removeWaiting(id)
-            finished(e)
-        }
+        let decideAgain = finishDone()
         // A freed slot: the tasks a slot or a budget held back are decided again, in submission order, then resting
         // tasks that wait only for a slot, first in line first, while one is free.
         for e in inOrder(decideAgain) where e.isWaiting {
@@ -219,6 +212,22 @@ final class QueueDriver {
         audit.flush()             // before the delay lock goes: what was done is on disk when the machine sleeps
     }
 
+    /// Ends what is done: runs over, and waits that could not be spawned or gave up. Returns the waiting tasks a
+    /// freed slot is to decide again.
+    @discardableResult
+    func finishDone() -> Set<String> {
+        var decideAgain: Set<String> = []
+        for (id, e) in running where e.supervisor.isDone {
+            decideAgain.formUnion(queue.finish(id).decideAgain)
+            finished(e)
+        }
+        for (id, e) in queue.awake where e.supervisor.isDone {   // could not be spawned, or gave up
+            queue.removeWaiting(id)
+            finished(e)
+        }
+        return decideAgain
+    }
+
     /// How long after a round that spawned a task its housekeeping waits: long enough for the new process to be
     /// under way (its exec and first instructions took 0.6–0.8 ms here), short beside anything a person sees.
     static let housekeepingDelay = 0.01
@@ -228,7 +237,8 @@ final class QueueDriver {
     /// a journal) beside the bus and watcher threads kept the new task, at idle priority, off both.
     func housekeeping() {
         let now = { [unowned self] in
-            self.files.intents.clear()   // every start so far has its running row
+            // Every start so far has its running row, unless one could not be written (its line stays for a crash).
+            if !self.rounds.unwritten.hasStart { self.files.intents.clear() }
             self.writeHistory()
             OutputFile.prepareSpare(in: self.files.output)
         }
@@ -277,9 +287,19 @@ final class QueueDriver {
             e.row.childStart = s.pid.flatMap { Recovery.startTime(of: $0) }.map { Int64($0) }
             e.row.cgroup = s.taskProcess?.containment
             e.row.started = wallClockNow()
-            do { try store.markRunning(e.row, from: from) } catch { say("\(id): cannot record its start in the queue: \(error)") }
+            let row = e.row
+            do { try store.markRunning(row, from: from) } catch {
+                // Spawned all the same: its line in `starting` stays (a crash finds the run by its token) and the row
+                // is written by a retry; its end, if it comes first, removes the request whatever its state.
+                say("\(id): cannot record its start in the queue now (\(error)); tried again in \(Int(UnwrittenWrites.retryInterval)) s")
+                rounds.unwritten.add(.init(id: id, isStart: true) { try $0.markRunning(row, from: from) }, now: monotonic())
+            }
             if !e.row.isAppTask, s.taskProcess?.unitName == nil { outputWatch.watch(outputPath(id)) }
             announce.emit(.taskChanged, [.string(id), .string("running")])
+        case .finished:
+            // Told before the audit trail and the journal are (`Supervisor.record`): the end is in the queue first.
+            guard let e = running[id] ?? queue.awake[id], e.supervisor === s else { return }
+            persistEnd(e)
         case .throttled, .unthrottled, .paused, .resumed, .expired, .killed:
             announce.emit(.taskChanged, [.string(id), .string(s.machine.phase.state)])
         default:

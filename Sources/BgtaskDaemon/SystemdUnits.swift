@@ -52,16 +52,19 @@ final class SystemdUnits {
     /// and an idle bgtaskd must not wake for them. If it cannot be opened then, the task is spawned as a child.
     static func connect(session: BusConnection) -> SystemdUnits? {
         if Environment.get("BGTASK_SYSTEMD_UNITS") == "0" { return nil }
-        if let rt = Environment.get("XDG_RUNTIME_DIR"), rt.hasPrefix("/") {
-            let socket = rt + "/systemd/private"
-            var st = stat()
-            // The user's own manager only: a socket this user owns, not followed if a link.
-            if lstat(socket, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, st.st_uid == geteuid() {
-                return SystemdUnits(place: .socket(socket), how: socket)
-            }
-        }
+        if let socket = privateSocket { return SystemdUnits(place: .socket(socket), how: socket) }
         if session.hasOwner(name) { return SystemdUnits(place: .sessionBus, how: "\(name) on the session bus") }
         return nil
+    }
+
+    /// The manager's private socket, if one is there: `$XDG_RUNTIME_DIR/systemd/private`, a socket this user owns
+    /// (the user's own manager only), not followed if a link. One lstat.
+    static var privateSocket: String? {
+        guard let rt = Environment.get("XDG_RUNTIME_DIR"), rt.hasPrefix("/") else { return nil }
+        let socket = rt + "/systemd/private"
+        var st = stat()
+        guard lstat(socket, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, st.st_uid == geteuid() else { return nil }
+        return socket
     }
 
     /// The connection, opened if it is not: a peer connection to the private socket, or a connection of its own to
@@ -185,34 +188,11 @@ final class SystemdUnits {
     /// The file `ExecStart=` runs: systemd wants an absolute path, so a bare name is looked up in the task's
     /// `PATH` (else bgtaskd's), as the shell and `execvp` would. Nil when there is none to run.
     static func executable(_ command: String, directory: String?, environment: [String]) -> (path: String?, errno: Int32) {
-        func runnable(_ p: String) -> Int32 {
-            var st = stat()
-            guard stat(p, &st) == 0 else { return ENOENT }
-            guard (st.st_mode & S_IFMT) == S_IFREG, access(p, X_OK) == 0 else { return EACCES }
-            return 0
-        }
-        if command.contains("/") {
-            let dir = directory ?? currentDirectory()
-            let p = command.hasPrefix("/") ? command : dir + "/" + command
-            let e = runnable(p)
-            return (e == 0 ? p : nil, e)
-        }
-        let path = environment.last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? Environment.get("PATH") ?? "/usr/bin:/bin"
-        var found: Int32 = ENOENT
-        for d in path.split(separator: ":", omittingEmptySubsequences: false) {
-            let p = (d.isEmpty ? "." : String(d)) + "/" + command
-            let e = runnable(p)
-            if e == 0 { return (p, 0) }
-            if e == EACCES { found = EACCES }
-        }
-        return (nil, found)
+        let path = environment.last { $0.hasPrefix("PATH=") }.map { String($0.dropFirst(5)) } ?? CommandCheck.searchPath
+        return CommandCheck.executable(command, directory: directory, path: path)
     }
 
-    static func currentDirectory() -> String {
-        guard let cwd = getcwd(nil, 0) else { return "/" }
-        defer { free(cwd) }
-        return String(cString: cwd)
-    }
+    static func currentDirectory() -> String { CommandCheck.currentDirectory() }
 
     /// What systemd sets for each unit itself: bgtaskd's own values (it may run as a unit) must not override them.
     static let managerSet: Set<String> = ["INVOCATION_ID", "JOURNAL_STREAM", "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",

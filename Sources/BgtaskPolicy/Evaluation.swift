@@ -141,7 +141,7 @@ extension Policy {
                 if h.active { active.append(rule) }
             }
             if let last = lastHold, last == hold { hold = last } else { lastHold = hold }
-            let d = policy.decision(active: active, pending: pending, frame: frame, held: held,
+            let d = policy.decision(active: active, pending: pending, frame: frame, time: time, held: held,
                                     label: { [timeLabel] in timeLabel($0, now) })
             if let last = lastDecision, last == d { return last }
             lastDecision = d
@@ -151,7 +151,7 @@ extension Policy {
         /// Without history or holds: what the rules say this instant.
         public func decideNow(_ task: TaskFields) -> Decision {
             policy.fillTask(task, into: frame)
-            return policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame)
+            return policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame, time: time)
         }
 
         /// Verdict only, without holds or reasons: for re-checking a whole queue after a condition changes.
@@ -197,7 +197,7 @@ extension Policy {
         }
     }
 
-    func decision(active: [Rule], pending: [PendingChange], frame: Frame, held: [String: Double] = [:],
+    func decision(active: [Rule], pending: [PendingChange], frame: Frame, time: TimeFields, held: [String: Double] = [:],
                   label: (Double) -> String = { "at \(formatDuration($0))" }) -> Decision {
         let sorted = active.enumerated().sorted { a, b in
             a.element.verdict != b.element.verdict ? a.element.verdict > b.element.verdict : a.offset < b.offset
@@ -214,7 +214,7 @@ extension Policy {
         // The task's own requirements (`--requires-external-power` …) hold even with every rule removed or
         // disabled; a rule in effect that already reads the requirement speaks for it.
         let covered = Set(sorted.filter { $0.verdict >= .defer }.flatMap(\.names))
-        let unmet = unmetRequirements(frame).filter { !covered.contains($0.flag) }
+        let unmet = unmetRequirements(frame, time: time).filter { !covered.contains($0.flag) }
         matches += unmet.map { r in
             Match(ruleID: r.flag, verdict: .defer, reason: r.reason, location: Policy.builtInLocation, readings: r.readings)
         }
@@ -269,7 +269,7 @@ extension Policy {
     /// `task.requires_external_power` and power.external not true; `task.requires_network` and not online;
     /// `task.requires_unmetered` and metered — an unknown reading does not satisfy a requirement, except
     /// "metered" whose unknown is the common case (no NetworkManager) and is taken as not metered.
-    func unmetRequirements(_ frame: Frame) -> [UnmetRequirement] {
+    func unmetRequirements(_ frame: Frame, time: TimeFields) -> [UnmetRequirement] {
         let i = slots.requirementIndex, t = slots.taskIndex
         func r(_ n: String) -> Reading { Reading(name: n, value: value(of: n, frame)) }
         var out: [UnmetRequirement] = []
@@ -290,10 +290,10 @@ extension Policy {
                                         reason: "waiting for an unmetered network (\(iface == .null ? "the network" : iface.description) is metered)",
                                         readings: [r("task.requires_unmetered"), r("network.metered")]))
         }
-        if frame.task[t.inWindow] == .bool(false), case .duration(let sod) = frame.shared[i.ofDay] {
+        if frame.task[t.inWindow] == .bool(false) {
             let window = frame.task[t.window].description
             let opens = ClockWindow(window).map { w in
-                let d = w.untilChange(from: sod)
+                let d = w.untilChange(from: time)
                 return "; it opens in \(formatDuration(d.rounded(.up)))"
             } ?? ""
             out.append(UnmetRequirement(flag: "task.in_window", reason: "outside its window \(window)\(opens)",

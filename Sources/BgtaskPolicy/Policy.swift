@@ -149,10 +149,9 @@ public struct ClockWindow: Sendable, Equatable {
                     : (secondsSinceMidnight >= start || secondsSinceMidnight < end)
     }
 
-    /// Seconds from `secondsSinceMidnight` until the window next opens or closes (always > 0).
-    public func untilChange(from secondsSinceMidnight: Double) -> Double {
-        func ahead(_ t: Double) -> Double { var d = (t - secondsSinceMidnight).truncatingRemainder(dividingBy: 86_400); if d <= 0 { d += 86_400 }; return d }
-        return min(ahead(start), ahead(end))
+    /// Seconds from `time` until the window next opens or closes (always > 0), by the local calendar.
+    public func untilChange(from time: TimeFields) -> Double {
+        min(time.secondsUntil(start), time.secondsUntil(end))
     }
 
     public var text: String {
@@ -169,11 +168,28 @@ public struct TimeFields: Sendable, Equatable {
     public var hour: Int
     public var secondsSinceMidnight: Double
     public var weekday: String
+    /// Seconds from these fields' instant until the local clock next reads a time of day (seconds since midnight),
+    /// by the calendar: across a daylight-saving change a day has 23 or 25 hours, and "01:00 tomorrow" is not 24 h
+    /// after "01:00 today". The caller that broke the time down knows its zone (`localTime`); without one, days
+    /// of 86,400 s.
+    public var secondsUntil: @Sendable (Double) -> Double
 
-    public init(hour: Int, secondsSinceMidnight: Double, weekday: String) {
+    public init(hour: Int, secondsSinceMidnight: Double, weekday: String, secondsUntil: (@Sendable (Double) -> Double)? = nil) {
         self.hour = hour
         self.secondsSinceMidnight = secondsSinceMidnight
         self.weekday = weekday
+        self.secondsUntil = secondsUntil ?? { [secondsSinceMidnight] t in TimeFields.evenDays(t, from: secondsSinceMidnight) }
+    }
+
+    /// Seconds until time of day `t` from `sod` in days of 86,400 s (always > 0).
+    public static func evenDays(_ t: Double, from sod: Double) -> Double {
+        var d = (t - sod).truncatingRemainder(dividingBy: 86_400)
+        if d <= 0 { d += 86_400 }
+        return d
+    }
+
+    public static func == (a: TimeFields, b: TimeFields) -> Bool {
+        a.hour == b.hour && a.secondsSinceMidnight == b.secondsSinceMidnight && a.weekday == b.weekday
     }
 
     public static let midnightMonday = TimeFields(hour: 0, secondsSinceMidnight: 0, weekday: "mon")

@@ -55,8 +55,15 @@ public struct PolicyFile: Sendable {
         return .success(String(decoding: bytes, as: UTF8.self))
     }
 
-    /// Parses and checks a file's text; every problem found is returned, each with file:line:column.
-    public static func parse(_ text: String, path: String, schema: Schema = .standard) -> Result<PolicyFile, PolicyErrors> {
+    /// Parses and checks a file's text under the standard schema; every problem found is returned, each with
+    /// file:line:column. A text parsed before for the same path gives the result it gave (`TOMLMemo`).
+    public static func parse(_ text: String, path: String) -> Result<PolicyFile, PolicyErrors> {
+        memo.value(path: path, text: text) { parse(text, path: path, schema: .standard) }
+    }
+    static let memo = TOMLMemo<Result<PolicyFile, PolicyErrors>>()
+
+    /// Parses and checks a file's text under `schema`, every time.
+    public static func parse(_ text: String, path: String, schema: Schema) -> Result<PolicyFile, PolicyErrors> {
         if case .failure(let e) = PolicyFile.text(Array(text.utf8), path: path) { return .failure(e) }
         let src = SourceIndex(path: path, text: text)
         if let e = malformedHeader(src) { return .failure(PolicyErrors([e])) }

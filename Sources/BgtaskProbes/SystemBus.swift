@@ -89,9 +89,18 @@ public struct UPowerReading: Sendable, Equatable {
 
 /// libupower-glib's client. Property updates arrive only while the GMainContext that was
 /// thread-default at creation is iterated (the watcher runs one on its own thread).
+///
+/// One client serves the whole life of its thread: its GDBusProxy follows upowerd's name as upowerd comes, goes
+/// and comes back (its properties are loaded again, and cleared, as the owner changes), so there is never a reason
+/// to make another. Freeing one is what must not happen while upowerd may be starting: the proxy outlives the
+/// client while its property load is in flight, and its `notify` handler then calls `g_object_notify` on the
+/// freed client (libupower-glib connects it without a weak reference) — the SIGSEGV in libgobject that every
+/// bgtask process died of when upowerd appeared on the bus.
 final class UPowerClient {
     let client: UnsafeMutablePointer<UpClient>
-    let display: UnsafeMutablePointer<UpDevice>?
+    /// The display device, once upowerd has answered for it; asked for again until then (`displayDevice()`), and
+    /// kept for the same reason as the client.
+    private(set) var display: UnsafeMutablePointer<UpDevice>?
 
     static func connect() -> Result<UPowerClient, DBusUnavailable> {
         if let no = SystemBus.absent { return .failure(no) }
@@ -103,11 +112,20 @@ final class UPowerClient {
     }
     private init(_ c: UnsafeMutablePointer<UpClient>) {
         client = c
-        display = up_client_get_display_device(c)
+        _ = displayDevice()
     }
     deinit {
         if let d = display { g_object_unref(d) }
         g_object_unref(client)
+    }
+
+    /// The display device, made the first time upowerd answers (before that libupower-glib may give none).
+    /// `made` is true on the call that made it, for the caller to subscribe to its changes once.
+    func displayDevice() -> (device: UnsafeMutablePointer<UpDevice>?, made: Bool) {
+        if let d = display { return (d, false) }
+        guard daemonVersion != nil else { return (nil, false) }
+        display = up_client_get_display_device(client)
+        return (display, display != nil)
     }
 
     /// A bus with no upowerd still yields a client: a nil daemon version is the tell.

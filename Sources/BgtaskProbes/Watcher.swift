@@ -310,9 +310,9 @@ final class GLibSide {
     unowned let engine: WatchEngine
     var context: OpaquePointer?
     var bus: SystemBus?
+    /// Made once, on this thread, and kept until it ends (UPowerClient says why it is never made again).
     var upower: UPowerClient?
     var pending = false
-    var upowerStale = false
     /// The session bus, for the desktop's idle monitor; nil when there is none.
     var session: SessionBus?
     var desktop: (DesktopIdle?, String) = (nil, "no session D-Bus")
@@ -345,19 +345,15 @@ final class GLibSide {
         }
         connectUPower()
         let onSignal: cup_callback = { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }
-        let onUPowerOwner: cup_callback = { ctx in
-            let me = Unmanaged<GLibSide>.fromOpaque(ctx!).takeUnretainedValue()
-            me.upowerStale = true
-            me.changed()
-        }
         var a: guint = 0, b: guint = 0
         let nm = Services.networkManager
         cup_dbus_watch_properties(bus!.connection, nm.name, nm.path, onSignal, selfPointer, &a, &b)
         for p in Services.powerProfiles {
             cup_dbus_watch_properties(bus!.connection, p.name, p.path, onSignal, selfPointer, &a, &b)
         }
+        // upowerd coming, going and coming back: the client follows by itself; this is for a read right away.
         cup_dbus_watch_properties(bus!.connection, "org.freedesktop.UPower", "/org/freedesktop/UPower",
-                                  onUPowerOwner, selfPointer, &a, &b)
+                                  onSignal, selfPointer, &a, &b)
         // Sessions' IdleHint, LockedHint and Active (PropertiesChanged on each session), SessionNew, SessionRemoved;
         // by interface, so that nothing our own calls cause (a mock's MethodCalled) comes back as a change.
         let onLogind: cup_args_callback = { ctx, path, member, params in
@@ -396,7 +392,15 @@ final class GLibSide {
         cup_connect_notify(u.client, "notify", cb, selfPointer)
         cup_connect_device_signal(u.client, "device-added", cb, selfPointer)
         cup_connect_device_signal(u.client, "device-removed", cb, selfPointer)
-        if let d = u.display { cup_connect_notify(d, "notify", cb, selfPointer) }
+        watchDisplay()
+    }
+
+    /// Subscribes to the display device's changes the first time upowerd answers for it.
+    func watchDisplay() {
+        guard let u = upower else { return }
+        let (display, made) = u.displayDevice()
+        guard made, let d = display else { return }
+        cup_connect_notify(d, "notify", { Unmanaged<GLibSide>.fromOpaque($0!).takeUnretainedValue().changed() }, selfPointer)
     }
 
     /// The desktop's idle monitors on the session bus: Mutter's watches fire when the threshold is reached and at
@@ -477,10 +481,7 @@ final class GLibSide {
 
     func refresh() {
         pending = false
-        if upowerStale || upower?.daemonVersion == nil {
-            upowerStale = false
-            connectUPower()
-        }
+        watchDisplay()
         readDesktop()
         let up = upower.map { $0.reading() } ?? .unavailable("UPower client could not be created")
         let readings = DBusProbe.read(bus: bus!, upower: up, desktop: desktop, sessions: logind)

@@ -34,14 +34,15 @@ extension BusValue {
 extension BusConnection {
     /// Calls a method of bgtaskd and waits for the reply (bounded by `timeoutMs`).
     public func call(_ method: SchedulerMethod, _ args: [BusValue] = [], timeoutMs: Int32 = 25_000) throws(BusError) -> [BusValue] {
-        try call(method.rawValue, args, destination: SchedulerBus.name, path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs)
+        try call(method.rawValue, args, destination: SchedulerBus.name, path: SchedulerBus.path, interface: SchedulerBus.interface, timeoutMs: timeoutMs,
+                 replySignature: method.replySignature)
     }
 
     /// One page of the waiting tasks (`ListPendingPage`): its tasks, and the cursor of the next page (nil after the last).
     public func pendingPage(_ range: PageRange, timeoutMs: Int32 = 25_000) throws(BusError) -> (tasks: [[String: BusValue]], next: String?) {
         let reply = try call(.listPendingPage, [.dict(range.variant)], timeoutMs: timeoutMs)
         guard reply.count == 2, case .dicts(let tasks) = reply[0], let next = reply[1].string else {
-            throw SchedulerError.failed("bgtaskd answered ListPendingPage with \(SchedulerMethod.listPendingPage.replySignature)? a bgtaskd of another version?")
+            throw BusError(BusError.wrongReply, "\(SchedulerBus.name) answered ListPendingPage with other than \(SchedulerMethod.listPendingPage.replySignature)")
         }
         return (tasks, next.isEmpty ? nil : next)
     }
@@ -78,7 +79,7 @@ extension BusConnection {
 
     static func jsonPage(_ reply: [BusValue]) throws(BusError) -> (lines: [UInt8], next: String?) {
         guard reply.count == 2, let lines = reply[0].bytes, let next = reply[1].string else {
-            throw SchedulerError.failed("bgtaskd answered ListPendingJSON with \(SchedulerMethod.listPendingJSON.replySignature)? a bgtaskd of another version?")
+            throw BusError(BusError.wrongReply, "\(SchedulerBus.name) answered ListPendingJSON with other than \(SchedulerMethod.listPendingJSON.replySignature)")
         }
         return (lines, next.isEmpty ? nil : next)
     }

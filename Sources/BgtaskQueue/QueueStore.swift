@@ -53,6 +53,9 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     public var subtitle: String?
     public var strategy: String?
     public var resources: String?
+    /// Who cancelled the run this running row records ("bgtask cancel", an app…): a cancel is the request's end, so
+    /// neither a crash's recovery nor a stop queues it again (nil: not cancelled).
+    public var cancelled: String?
 
     /// A task an app handles (its command is the app's, from its manifest), not a command of its own.
     public var isAppTask: Bool { app != "cli" }
@@ -69,13 +72,13 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
     static let columns = ["id", "app", "kind", "argv", "requires_external_power", "requires_network", "requires_unmetered",
                           "cpu_heavy", "user_initiated", "earliest", "every", "anchor", "retry", "failures", "budget", "submitted",
                           "directory", "state", "run_id", "pgid", "child_start", "cgroup", "started", "title", "subtitle",
-                          "strategy", "resources", "token", "calendar", "window"]
+                          "strategy", "resources", "token", "calendar", "window", "cancelled"]
 
     /// Its values, in the order of `columns`.
     var values: [(any DatabaseValueConvertible)?] {
         [id, app, kind.rawValue, argv, requiresExternalPower, requiresNetwork, requiresUnmetered, cpuHeavy, userInitiated,
          earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID, pgid, childStart, cgroup?.description,
-         started, title, subtitle, strategy, resources, token, calendar, window]
+         started, title, subtitle, strategy, resources, token, calendar, window, cancelled]
     }
 
     /// Columns written by hand: GRDB's Codable encoder is the slow part of a Submit's write.
@@ -119,19 +122,21 @@ public struct QueuedTask: Sendable, Equatable, Codable, FetchableRecord, Persist
         token = r[27]
         calendar = r[28]
         window = r[29]
+        cancelled = r[30]
     }
 
     enum CodingKeys: String, CodingKey {
         case id, app, kind, argv, requiresExternalPower = "requires_external_power", requiresNetwork = "requires_network"
         case requiresUnmetered = "requires_unmetered", cpuHeavy = "cpu_heavy", userInitiated = "user_initiated"
         case earliest, every, anchor, retry, failures, budget, submitted, directory, state, runID = "run_id", pgid
-        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources, token, calendar, window
+        case childStart = "child_start", cgroup, started, title, subtitle, strategy, resources, token, calendar, window, cancelled
     }
 
     /// This request waiting again (after a crash, a retry, or for its next period): no process, no start.
     public func requeued(runID: String) -> QueuedTask {
         var r = self
         r.state = "pending"; r.runID = runID; r.pgid = nil; r.childStart = nil; r.cgroup = nil; r.started = nil; r.token = nil
+        r.cancelled = nil
         return r
     }
 
@@ -165,7 +170,13 @@ public struct QueueError: Error, CustomStringConvertible {
 /// Unchecked: its only state is GRDB's DatabaseQueue, which serialises every access.
 public final class QueueStore: @unchecked Sendable {
     public let path: String
-    let db: DatabaseQueue
+    /// Replaced only when the file was removed or replaced under it (`HeldFile`), on the writer's thread.
+    private(set) var db: DatabaseQueue
+    let configuration: Configuration
+    /// The file this connection writes, as its path named it at the open (or after a restore).
+    var held: HeldFile?
+    /// Told when the file at `path` was found removed or replaced and what was held was written back.
+    public var onRestore: ((String) -> Void)?
     public static let file = "queue.sqlite"
     static let kind = StateDatabase(applicationID: "bgtQ", tables: ["request", "app_usage", "app_standing", "transition"],
                                     migrations: ["v1", "v2-apps", "v3-app-usage", "v4-run-token", "v5-app-standing", "v6-calendar-window", "v7-transitions"],
@@ -174,21 +185,25 @@ public final class QueueStore: @unchecked Sendable {
     /// Frees SQLite's page cache (it fills with the whole queue as the daemon takes it up at start).
     public func releaseMemory() { db.releaseMemory() }
 
-    public init(path: String) throws {
+    /// `busyTimeout`: how long a statement waits for a lock another process holds on the file before it fails
+    /// (a test makes it short, to see what a daemon does with a write that cannot be made).
+    public init(path: String, busyTimeout: Double = 5) throws {
         self.path = path
         do { try SecureDirectory.checkFile(path) } catch { throw QueueError(path: path, message: error.message) }
         var config = Configuration()
         // GRDB's queues default to userInitiated, whose libdispatch workers ask for nice -2: refused to an
         // unprivileged process and logged to the journal each time. Background work's QoS (nice 10) is allowed.
         config.qos = .background
-        config.busyMode = .timeout(5)
+        config.busyMode = .timeout(busyTimeout)
         // WAL with synchronous=NORMAL: a commit is in the WAL (the OS has it) when Submit replies, so a killed or
         // crashed daemon loses nothing; only a power cut can lose the last submits, which saves an fsync per call.
         config.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
         var opened: DatabaseQueue?
+        configuration = config
         do {
             db = try Connections.open(path: path, configuration: config)
             opened = db
+            held = HeldFile(path: path)
             // Before any write: a file that is not bgtask's queue is refused untouched.
             switch try db.read({ try QueueStore.kind.verdict($0) }) {
             case .foreign(let why): throw QueueError(path: path, message: "is an SQLite database of something else (\(why)); refusing to use it")
@@ -271,13 +286,23 @@ public final class QueueStore: @unchecked Sendable {
                 // The queue read in submission order a page at a time (start-up takes it up in slices).
                 try db.create(index: "request_state_order", on: "request", columns: ["state", "submitted", "id"])
             }
+            m.registerMigration("v9-cancelled") { db in
+                try db.alter(table: "request") { t in t.add(column: "cancelled", .text) }
+            }
+            m.registerMigration("v10-run-boot") { db in
+                // The boot its running rows were written in: a pid and a start tick mean nothing in another one.
+                try db.create(table: "meta") { t in
+                    t.column("key", .text).primaryKey()
+                    t.column("value", .text).notNull()
+                }
+            }
             try m.migrate(db)
         } catch let e as QueueError {
             opened.map(Connections.close)
             throw e
         } catch {
             opened.map(Connections.close)
-            throw QueueError(path: path, message: "\(error)")
+            throw QueueError(path: path, message: DiskSpace.explain(error, file: path) ?? "\(error)")
         }
     }
 
@@ -285,6 +310,17 @@ public final class QueueStore: @unchecked Sendable {
 
     public func all() throws -> [QueuedTask] {
         try db.read { try QueuedTask.order(Column("submitted"), Column("id")).fetchAll($0) }
+    }
+
+    /// The boot (`/proc/sys/kernel/random/boot_id`) the running rows were written in, as the daemon that wrote
+    /// them recorded it at its start; nil if no daemon has since boots were kept.
+    public func runBoot() throws -> String? {
+        try db.read { try String.fetchOne($0, sql: "SELECT value FROM meta WHERE key = 'run_boot'") }
+    }
+
+    /// Recorded at a daemon's start, before it writes any running row (one daemon lives in one boot).
+    public func setRunBoot(_ boot: String) throws {
+        try transaction { try $0.execute(sql: "INSERT OR REPLACE INTO meta (key, value) VALUES ('run_boot', ?)", arguments: [boot]) }
     }
 
     /// The requests in one state (`running`: what a daemon that died left), without reading the rest.
@@ -340,7 +376,7 @@ public final class QueueStore: @unchecked Sendable {
 
     /// A number that changes whenever a row of this store is written or deleted (SQLite's count of the rows this
     /// connection changed, the daemon being the only writer): what something made from the stored queue depends on.
-    public var changes: Int { (try? db.inDatabase { $0.totalChangesCount }) ?? -1 }
+    public var changes: Int { db.inDatabase { $0.totalChangesCount } }
 
     /// Inserts or replaces (one request per identifier and state).
     public func put(_ t: QueuedTask) throws {
@@ -353,6 +389,8 @@ public final class QueueStore: @unchecked Sendable {
 
     static let putSQL = "INSERT OR REPLACE INTO request (" + QueuedTask.columns.joined(separator: ", ") + ") VALUES ("
         + QueuedTask.columns.map { _ in "?" }.joined(separator: ", ") + ")"
+    /// The same row, not written over one of its id and state (the key): a run's next request after a newer one.
+    static let putUnlessPendingSQL = putSQL.replacingOccurrences(of: "INSERT OR REPLACE", with: "INSERT OR IGNORE")
 
     /// A run's start into the queue, in one transaction: the request in state `from` ("pending": it starts now;
     /// "running": what is known of its run since) becomes the running one, with the run's columns (run id, token,
@@ -374,6 +412,8 @@ public final class QueueStore: @unchecked Sendable {
     static let startSQL = "UPDATE OR REPLACE request SET state = 'running', run_id = ?, token = ?, pgid = ?, child_start = ?, cgroup = ?, "
         + "started = ? WHERE id = ? AND state = ?"
     static let deleteSQL = "DELETE FROM request WHERE id = ? AND state = ?"
+    static let deleteRunSQL = "DELETE FROM request WHERE id = ? AND state = 'pending' AND run_id = ?"
+    static let cancelSQL = "UPDATE request SET cancelled = ? WHERE id = ? AND state = 'running'"
 
     @discardableResult
     public func remove(_ id: String, state: String) throws -> Bool {
@@ -383,10 +423,49 @@ public final class QueueStore: @unchecked Sendable {
         }
     }
 
+    /// A request's end, in one transaction: its row in `state` goes ("running": a run's end; "pending": a wait
+    /// given up), and for a run, a pending row of the same run too (`runID`: a start whose running row could not be
+    /// written left the request pending); `next`, the request waiting again (a retry, the next period or elapse), is
+    /// written unless a request of that id is already pending (one submitted while it ran takes precedence).
+    public func end(_ id: String, state: String, runID: String, next: QueuedTask?) throws {
+        try transaction { db in
+            try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [id, state])
+            if state == "running" { try db.cachedStatement(sql: QueueStore.deleteRunSQL).execute(arguments: [id, runID]) }
+            if let n = next {
+                try db.cachedStatement(sql: QueueStore.putUnlessPendingSQL).execute(arguments: StatementArguments(n.values))
+            }
+        }
+    }
+
+    /// A cancel, in one transaction: the pending request of `id` goes, and its running row (if it runs) says who
+    /// cancelled it. Returns whether a pending request was removed.
+    @discardableResult
+    public func cancel(_ id: String, by who: String) throws -> Bool {
+        try transaction { db in
+            try db.cachedStatement(sql: QueueStore.deleteSQL).execute(arguments: [id, "pending"])
+            let removed = db.changesCount > 0
+            try db.cachedStatement(sql: QueueStore.cancelSQL).execute(arguments: [who, id])
+            return removed
+        }
+    }
+
+    /// The connection to write with, once the path is seen to name its file still (one `stat`): a write made to a
+    /// file removed or replaced under the daemon would be acknowledged and then lost at the next start.
+    func writer() throws -> DatabaseQueue {
+        let now = HeldFile(path: path)
+        if let n = now, n == held { return db }
+        do {
+            onRestore?(try HeldFile.writeBack(&db, held: &held, at: path, configuration: configuration))
+        } catch let e as DatabaseRestoreError {
+            throw QueueError(path: e.path, message: e.message)
+        }
+        return db
+    }
+
     /// A write transaction whose BEGIN and COMMIT are prepared once and kept, like the statements inside it:
     /// GRDB's `write` prepares both anew each time, through its authorizer, on every Submit, start and end.
     private func transaction<T>(_ body: (Database) throws -> T) throws -> T {
-        try db.writeWithoutTransaction { db in
+        try writer().writeWithoutTransaction { db in
             try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
             do {
                 let result = try body(db)
@@ -412,7 +491,7 @@ public final class QueueStore: @unchecked Sendable {
 
     /// Keeps `day`'s figures (and forgets days older than a week).
     public func saveUsage(day: Int, seconds: [String: Double]) throws {
-        try db.write { db in
+        try writer().write { db in
             for (app, s) in seconds {
                 try db.execute(sql: "INSERT INTO app_usage (app, day, seconds) VALUES (?, ?, ?) ON CONFLICT (app, day) DO UPDATE SET seconds = excluded.seconds",
                                arguments: [app, day, s])
@@ -431,7 +510,7 @@ public final class QueueStore: @unchecked Sendable {
     }
 
     public func setStanding(app: String, ended: Int) throws {
-        try db.write { db in
+        try writer().write { db in
             if ended <= 0 { try db.execute(sql: "DELETE FROM app_standing WHERE app = ?", arguments: [app]); return }
             try db.execute(sql: "INSERT INTO app_standing (app, ended) VALUES (?, ?) ON CONFLICT (app) DO UPDATE SET ended = excluded.ended",
                            arguments: [app, ended])
@@ -478,6 +557,6 @@ public final class QueueStore: @unchecked Sendable {
 
     /// Forgets changes older than `before` (the history is kept 60 days).
     public func pruneTransitions(before: Double) throws {
-        try db.write { try $0.execute(sql: "DELETE FROM transition WHERE time < ?", arguments: [before]) }
+        try writer().write { try $0.execute(sql: "DELETE FROM transition WHERE time < ?", arguments: [before]) }
     }
 }

@@ -130,8 +130,9 @@ public final class ActiveTasks {
 }
 
 /// What `/proc` says of a process: when it started (to tell it from a later one with the same PID) and whose it is.
-enum ProcInfo {
-    static func bootID() -> String? {
+public enum ProcInfo {
+    /// This boot's identity (a random UUID the kernel makes at each boot).
+    public static func bootID() -> String? {
         ProcStat.read("/proc/sys/kernel/random/boot_id").map { $0.trimmingCharacters(in: "\n") }
     }
 

@@ -10,12 +10,24 @@ import BgtaskProbes
 /// What stands in for a process when the task runs inside an app (bgtaskd's app tasks): the app is told to
 /// start and to stop, and says when it is done (`Supervisor.appCompleted`).
 public protocol AppTaskHooks: AnyObject {
-    /// Delivers the task to its app (launching the app first if it is not running); says what was done.
-    func start(_ s: Supervisor) -> String
+    /// Delivers the task to its app (launching the app first if it is not running); says what was done. Throws
+    /// when the app cannot be launched: the run then ends as failed, never reported as started.
+    func start(_ s: Supervisor) throws(AppStartError) -> String
     /// Tells the app its task expires (its expiration handler runs).
     func expire(_ s: Supervisor, reason: String)
     /// The grace is over and the app has not completed the task: ends it; says what was done.
     func kill(_ s: Supervisor) -> String
+}
+
+/// Why an app task could not start: its app could not be launched (its command not found or not executable, or
+/// bgtaskd stopped relaunching it). The run ends as failed with `status`, as a command that cannot be spawned.
+public struct AppStartError: Error, CustomStringConvertible {
+    public var description: String
+    public var status: Int32
+    public init(_ description: String, status: Int32) {
+        self.description = description
+        self.status = status
+    }
 }
 
 /// Starts a task's command other than as this process's child (bgtaskd: a transient systemd unit).
@@ -176,11 +188,14 @@ public final class Supervisor {
         energy.summary(batteryFullWh: batteryFullWh) ?? "energy unknown: " + (energyWhy.isEmpty ? "no power reading during the run" : energyWhy)
     }
 
+    /// The exit status of `bgtask run`, once it is done.
+    public var endStatus: Int32 { spawnFailure ?? machine.exitStatus ?? 1 }
+
     /// Cleans up and returns the exit status of `bgtask run`.
     public func finish() -> Int32 {
         process?.cleanUp()
         state?.remove()
-        return spawnFailure ?? machine.exitStatus ?? 1
+        return endStatus
     }
 
     func say(_ s: String) {
@@ -196,8 +211,11 @@ public final class Supervisor {
             event.energyWh = energy.wattHours
             event.energy = energySummary
         }
+        // A run's end is told to the daemon first, so that its queue has it before anything says it (the audit
+        // trail, the journal): a daemon killed in between then finds the run over, not interrupted.
+        if kind == .finished { onEvent?(self, kind) }
         observer?.record(event, task: machine.task)
-        onEvent?(self, kind)
+        if kind != .finished { onEvent?(self, kind) }
     }
 
     func explain(_ d: Decision?) -> String {
@@ -405,12 +423,22 @@ public final class Supervisor {
     }
 
     /// The app says its task is done (`setTaskCompleted(success:)`), or it went away without saying so.
-    public func appCompleted(success: Bool, detail: String) {
+    public func appCompleted(success: Bool, detail: String) { appEnded(status: success ? 0 : 1, detail: detail) }
+
+    /// The app's run is over with `status`: its completion, or a launch of the app for it that failed once it was
+    /// under way (a relaunch: 127 for a command not found, 126 for one that cannot be executed, as shells say).
+    public func appEnded(status code: Int32, detail: String) {
         guard !machine.isDone, machine.startedAt != nil else { return }
-        let code: Int32 = success ? 0 : 1
         machine.exited(status: code)
         record(.finished, detail, status: code)
         say("finished (\(detail))")
+    }
+
+    /// A start that did not happen: recorded and said as failed, with the status the run ends with.
+    func startFailed(_ why: String, status: Int32) {
+        record(.failed, why, status: status)
+        say(why)
+        spawnFailure = status
     }
 
     /// Re-evaluates now (the daemon: a slot came free, the policy was reloaded, the machine resumed).
@@ -444,7 +472,8 @@ public final class Supervisor {
         for a in actions {
             switch a {
             case .start where app != nil:
-                let what = app!.start(self)
+                let what: String
+                do { what = try app!.start(self) } catch { return startFailed(error.description, status: error.status) }
                 let waited = now - enqueuedAt
                 record(.started, "\(what), waited \(formatDuration(waited))" + (note.map { "; \($0)" } ?? ""), decision: d)
                 say("started" + (waited >= 1 ? " after waiting \(formatDuration(waited))" : "") + ": \(what)")
@@ -476,10 +505,7 @@ public final class Supervisor {
                     energyRunning = true
                     sampleEnergy(now: now)
                 } catch let e as SpawnError {
-                    record(.failed, e.description, status: e.exitCode)
-                    say(e.description)
-                    spawnFailure = e.exitCode
-                    return
+                    return startFailed(e.description, status: e.exitCode)
                 } catch { spawnFailure = 1; return }
             case .throttle(let pct):
                 process?.throttle(pct)

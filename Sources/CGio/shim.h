@@ -189,7 +189,12 @@ static void cgio_reply_trampoline(GObject *source, GAsyncResult *result, gpointe
     } else {
         gchar *remote = g_dbus_error_get_remote_error(err);
         if (remote != NULL) g_dbus_error_strip_remote_error(err);
-        c->fn(c->context, NULL, remote != NULL ? remote : "org.freedesktop.DBus.Error.Failed", err->message);
+        /* A local error named as BusConnection.call names it (the connection lost, the wait over), so that an
+           asynchronous call without a daemon ends the CLI as a synchronous one does: not reachable, 69. */
+        const char *name = remote != NULL ? remote
+            : err->domain != G_IO_ERROR ? "org.freedesktop.DBus.Error.Failed"
+            : err->code == G_IO_ERROR_TIMED_OUT ? "org.freedesktop.DBus.Error.TimedOut" : "org.freedesktop.DBus.Error.Disconnected";
+        c->fn(c->context, NULL, name, err->message);
         g_free(remote);
         g_error_free(err);
     }

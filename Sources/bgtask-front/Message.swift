@@ -75,6 +75,8 @@ struct Received {
     var type: UInt8 = 0
     var replySerial: UInt32?
     var errorName: [UInt8]?
+    /// The body's signature (header field 8; none for an empty body).
+    var signature: [UInt8] = []
     var body: [UInt8] = []
     var bigEndian = false
 
@@ -129,7 +131,8 @@ struct Received {
                 if code == 4 { m.errorName = Array(fields[(v + 4)..<(v + 4 + Int(n))]) }
                 v += 4 + Int(n) + 1
             case [UInt8(ascii: "g")]:
-                guard v < fields.count else { return nil }
+                guard v < fields.count, v + 1 + Int(fields[v]) <= fields.count else { return nil }
+                if code == 8 { m.signature = Array(fields[(v + 1)..<(v + 1 + Int(fields[v]))]) }
                 v += 1 + Int(fields[v]) + 1
             default:
                 return nil

@@ -33,15 +33,54 @@ struct Output {
         }
     }
 
-    /// Outside text for a terminal: a control character shown as `?` (the only such text here is a bus library's
-    /// message; the CLI's `Terminal.safe` would escape it).
+    /// Outside text for a terminal (an id bgtaskd gave, a bus library's message), shown as the CLI's `Terminal.safe`
+    /// shows it: a tab as a space; a control character (C0, DEL, C1) as `\xNN`; what reorders or hides text (bidi
+    /// controls, line separators, zero-width characters: BgtaskProbes' `Printable.isHidden`) as `\u{NNNN}`; a byte
+    /// that is not UTF-8 as `\xNN`. An escape sequence in it can then neither move the cursor nor retitle the window.
     mutating func printable(_ s: UnsafePointer<CChar>) {
         var i = 0
         while s[i] != 0 {
-            let b = UInt8(bitPattern: s[i])
-            bytes.append(b < 0x20 || b == 0x7F ? 0x3F : b)
-            i += 1
+            let b0 = UInt8(bitPattern: s[i])
+            var v = UInt32(b0), n = 1
+            if b0 >= 0xC2 && b0 <= 0xF4 {
+                let more = b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : 1
+                var x = UInt32(b0) & (0x3F >> UInt32(more)), ok = true
+                // A continuation byte is never NUL: the string's end stops this before it is passed.
+                for k in 1...more {
+                    let b = UInt8(bitPattern: s[i + k])
+                    if b & 0xC0 != 0x80 { ok = false; break }
+                    x = x << 6 | UInt32(b & 0x3F)
+                }
+                if ok { v = x; n = more + 1 }
+            }
+            if v == 0x09 {
+                bytes.append(0x20)
+            } else if (n == 1 && v >= 0x80) || Self.hidden(v) {
+                hexEscape(v, braces: v >= 0x100)
+            } else {
+                for k in 0..<n { bytes.append(UInt8(bitPattern: s[i + k])) }
+            }
+            i += n
         }
+    }
+
+    /// BgtaskProbes' `Printable.isHidden`, by value.
+    static func hidden(_ v: UInt32) -> Bool {
+        v < 0x20 || v == 0x7F || (v >= 0x80 && v < 0xA0) || v == 0x061C || v == 0x200E || v == 0x200F
+            || (v >= 0x202A && v <= 0x202E) || (v >= 0x2066 && v <= 0x2069) || v == 0x2028 || v == 0x2029
+            || (v >= 0x200B && v <= 0x200D) || v == 0x2060 || v == 0xFEFF
+    }
+
+    /// `\xNN`, or `\u{N…}` (hex digits without leading zeros), as `Printable.escaped` writes them.
+    mutating func hexEscape(_ v: UInt32, braces: Bool) {
+        let hex: StaticString = "0123456789abcdef"
+        add(braces ? "\\u{" : "\\x")
+        var digits: [UInt8] = []
+        var x = v
+        repeat { digits.insert(hex.utf8Start[Int(x & 0xF)], at: 0); x >>= 4 } while x > 0
+        if !braces && digits.count < 2 { digits.insert(0x30, at: 0) }
+        bytes.append(contentsOf: digits)
+        if braces { add("}") }
     }
 
     func write(to fd: Int32) {
@@ -57,7 +96,7 @@ struct Output {
     /// The id bgtaskd gave: a line, or `{"id":"…"}` with `--json`.
     static func id(_ id: UnsafePointer<CChar>, json: Bool) {
         var o = Output()
-        if json { o.add("{\"id\":\""); o.escaped(id); o.add("\"}\n") } else { o.add(id); o.add("\n") }
+        if json { o.add("{\"id\":\""); o.escaped(id); o.add("\"}\n") } else { o.printable(id); o.add("\n") }
         o.write(to: 1)
     }
 

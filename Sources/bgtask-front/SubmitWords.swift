@@ -151,8 +151,11 @@ struct SubmitWords {
             }
             // Refused by bgtaskd or the bus (no daemon to start, …): nothing was queued.
             if m.type == Received.error { return }
-            guard m.type == Received.methodReturn, var id = m.firstString else {
-                Output.error("bgtaskd's answer to Submit could not be read (", "not a string", ")", status: 69, json: json)
+            // The interface's (s), a non-empty id of UTF-8: anything else is not trusted (it may be queued, so it
+            // is not sent again; the CLI's words and status for a wrong reply, EX_SOFTWARE).
+            guard m.type == Received.methodReturn, m.signature == [UInt8(ascii: "s")], var id = m.firstString, Self.wellFormed(id, in: m) else {
+                Output.error("bgtaskd answered Submit with ", "a reply of another type, an empty id or one not UTF-8",
+                             ": a bgtaskd of another version, or not bgtaskd? (nothing of its reply was used)", status: 70, json: json)
             }
             id.append(0)
             id.withUnsafeBufferPointer { p in
@@ -160,6 +163,12 @@ struct SubmitWords {
             }
             exit(0)
         }
+    }
+
+    /// A string value as D-Bus requires it (its NUL after it, none inside, UTF-8), and not empty: an id.
+    static func wellFormed(_ id: [UInt8], in m: Received) -> Bool {
+        guard !id.isEmpty, !id.contains(0), m.body.count > 4 + id.count, m.body[4 + id.count] == 0 else { return false }
+        return (id + [0]).withUnsafeBufferPointer { p in p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count) { validUTF8($0) } }
     }
 
     /// The bus's errors for a call it delivered and saw no answer to.

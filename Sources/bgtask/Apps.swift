@@ -19,10 +19,10 @@ extension Bgtask {
             @Flag(name: .long, help: "Print the list as JSON.") var json = false
 
             func run() throws {
-                guard case .dicts(let apps)? = try DaemonClient.call(.listApps).first else { return }
-                if json { print(BusValue.dicts(apps).json.rendered); return }
+                let (apps, dicts) = try DaemonClient.items(.listApps, [], AppInfo.init(variant:))
+                if json { print(BusValue.dicts(dicts).json.rendered); return }
                 if apps.isEmpty { out("no app manifests (in \(AppManifests.directories().joined(separator: ", ")))"); return }
-                for a in apps.compactMap({ try? AppInfo(variant: $0) }) {
+                for a in apps {
                     if let e = a.error { out("skipped: \(e)"); continue }
                     let on = a.enabled ?? true
                     out("\(a.id ?? "?"): \(on ? "on" : "off")\(a.connected == true ? ", connected" : "") — "
@@ -50,9 +50,15 @@ extension Bgtask {
 
         /// Through the daemon when it runs (it cancels what is pending at once); else the switch file it reads at start.
         static func set(_ app: String, _ on: Bool) throws {
-            if let bus = try? BusConnection(), (try? bus.call(.setAppEnabled, [.string(app), .bool(on)])) != nil {
-                out("\(app): background work \(on ? "on" : "off")")
-                return
+            if let bus = try? BusConnection() {
+                do {
+                    _ = try bus.call(.setAppEnabled, [.string(app), .bool(on)])
+                    out("\(app): background work \(on ? "on" : "off")")
+                    return
+                } catch where error.name == BusError.wrongReply {
+                    // Something answered, not as bgtaskd does: it is not taken for "bgtaskd is not running".
+                    DaemonClient.fail("\(error.message): \(DaemonClient.wrongReplyTail)", ExitStatus.software)
+                } catch {}
             }
             do { try AppManifests.setEnabled(app, on) } catch {
                 err("\(error)")

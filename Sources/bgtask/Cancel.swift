@@ -26,11 +26,11 @@ extension Bgtask {
 
         func run() throws {
             if all {
-                let n = try DaemonClient.call(.cancelAll).first?.number ?? 0
+                guard let n = try DaemonClient.call(.cancelAll).first?.number else { DaemonClient.wrongReply(.cancelAll, "no count") }
                 if json { print(JSONValue.object([("cancelled", .number(n))]).rendered) } else { out("cancelled \(Int(n)) pending request(s)") }
                 return
             }
-            let done = try DaemonClient.call(.cancel, [.string(id!)]).first?.string ?? ""
+            let done = try DaemonClient.string(.cancel, [.string(id!)])
             if json { print(JSONValue.object([("id", .string(id!)), ("done", .string(done))]).rendered) } else { out("\(id!): \(done)") }
         }
     }

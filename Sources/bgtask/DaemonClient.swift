@@ -16,6 +16,33 @@ enum DaemonClient {
         asking { bus throws(BusError) in try bus.call(method, args) }
     }
 
+    /// `method`'s one list of dictionaries, each item read as the interface describes it (`parse`, a generated
+    /// type's `init(variant:)`): an item that is not, as a reply of the wrong type, ends the CLI (nothing of a
+    /// reply it cannot trust is shown, in a table or as JSON).
+    static func items<T>(_ method: SchedulerMethod, _ args: [BusValue],
+                         _ parse: ([String: BusValue]) throws(ProtocolError) -> T) throws -> (items: [T], dicts: [[String: BusValue]]) {
+        guard case .dicts(let dicts)? = try call(method, args).first else { wrongReply(method, "a reply of another type") }
+        return (typed(method, dicts, parse), dicts)
+    }
+
+    static func typed<T>(_ method: SchedulerMethod, _ dicts: [[String: BusValue]], _ parse: ([String: BusValue]) throws(ProtocolError) -> T) -> [T] {
+        do { return try dicts.map { d throws(ProtocolError) in try parse(d) } } catch { wrongReply(method, "an item whose \(error)") }
+    }
+
+    /// `method`'s one string (an id, what was done); an empty one is no answer, and ends the CLI as a wrong reply.
+    static func string(_ method: SchedulerMethod, _ args: [BusValue] = []) throws -> String {
+        guard let s = try call(method, args).first?.string, !s.isEmpty else { wrongReply(method, "an empty string") }
+        return s
+    }
+
+    /// A reply the interface does not allow (a bgtaskd of another version, or another program on its name): said,
+    /// with EX_SOFTWARE, and nothing of it used.
+    static func wrongReply(_ method: SchedulerMethod, _ what: String) -> Never {
+        fail("bgtaskd answered \(method.rawValue) with \(what): \(wrongReplyTail)", ExitStatus.software)
+    }
+
+    static let wrongReplyTail = "a bgtaskd of another version, or not bgtaskd? (nothing of its reply was used)"
+
     /// The waiting task `id` as `ListPending` tells it (nil: it does not wait).
     static func pendingTask(_ id: String) -> [String: BusValue]? {
         asking { bus throws(BusError) in try bus.pendingTask(id) }
@@ -74,6 +101,7 @@ enum DaemonClient {
             fail("no session bus (\(error.message)); bgtaskd runs on the user's session bus", ExitStatus.unavailable)
         }
         do { return try body(bus) } catch {
+            if error.name == BusError.wrongReply { fail("\(error.message): \(wrongReplyTail)", ExitStatus.software) }
             switch SchedulerError(rawValue: error.name) {
             case .unavailable?:
                 fail(error.message, ExitStatus.unavailable)   // bgtaskd's own: it answered, but cannot do it now
@@ -84,15 +112,36 @@ enum DaemonClient {
             case .noSuchTask?:
                 fail(error.message, ExitStatus.failure)
             default:
-                // The bus's own: no daemon to start, none answering, the connection lost.
-                if ["ServiceUnknown", "NameHasNoOwner", "NoReply", "Disconnected", "SpawnFailed", "SpawnChildExited", "TimedOut"].contains(error.shortName) {
-                    fail("bgtaskd is not reachable on the session bus (\(error.message)); start it with `systemctl --user start bgtaskd` or run `bgtaskd`",
-                         ExitStatus.unavailable)
-                }
+                if let why = unreachable(error) { fail(why, ExitStatus.unavailable) }
                 fail("\(error.shortName): \(error.message)", ExitStatus.failure)
             }
         }
     }
+
+    /// The bus's own errors, as a sentence a person can act on: no daemon to start, none answering, the
+    /// connection lost, or a bgtaskd the bus started (D-Bus activation) that could not start or exited at once
+    /// (`org.freedesktop.DBus.Error.Spawn.*`, whose message gives only its exit status). Nil for any other error.
+    static func unreachable(_ error: BusError) -> String? {
+        let start = "start it with `systemctl --user start bgtaskd` or run `bgtaskd`"
+        let spawn = "org.freedesktop.DBus.Error.Spawn."
+        if error.name.hasPrefix(spawn) {
+            let status = error.name == spawn + "ChildExited" ? error.message.split(separator: " ").last.flatMap { Int32($0) } : nil
+            let why = status.map { "it exited with status \($0)" + (activationExit[$0].map { ": \($0)" } ?? "") }
+                ?? Terminal.safe(error.message)
+            return "the session bus started bgtaskd, but \(why); `journalctl --user -u bgtaskd` or running `bgtaskd` in a terminal shows why"
+        }
+        let lost = ["ServiceUnknown", "NameHasNoOwner", "NoReply", "Disconnected", "TimedOut"]
+        guard error.name.hasPrefix("org.freedesktop.DBus.Error."), lost.contains(error.shortName) else { return nil }
+        return "bgtaskd is not reachable on the session bus (\(Terminal.safe(error.message))); \(start)"
+    }
+
+    /// bgtaskd's exit statuses at start-up (bgtaskd(1), docs/protocol.md), for the sentence above.
+    static let activationExit: [Int32: String] = [
+        ExitStatus.unavailable: "it found no session bus",
+        ExitStatus.cantCreate: "its state directory cannot be written",
+        ExitStatus.tempFail: "another bgtaskd holds the state directory",
+        ExitStatus.config: "a policy file it was given does not load",
+    ]
 
     static func fail(_ message: String, _ status: Int32) -> Never {
         err(message, status: status)

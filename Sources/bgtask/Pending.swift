@@ -48,7 +48,9 @@ extension Bgtask {
                 let audit = (try? State.audit(write: false)) ?? nil
                 let weekAgo = wallClockNow() - 7 * 86_400
                 var written = 0
-                fputs("[", stdout)
+                // The array opens with what goes in it: a call that fails first (no daemon) leaves stdout empty.
+                var opened = false
+                func open() { if !opened { fputs("[", stdout); opened = true } }
                 func write(_ value: @autoclosure () -> JSONValue, line: Substring?) {
                     var text = written > 0 ? "," : ""
                     var v: JSONValue?
@@ -63,12 +65,18 @@ extension Bgtask {
                         }
                     }
                     if let v { text += v.rendered } else if let line { text += line } else { text += value().rendered }
+                    open()
                     fputs(text, stdout)
                     written += 1
                 }
                 // bgtaskd writes each task as this command would (`BusValue.json`): the lines are copied as they are.
                 var (next, supported) = DaemonClient.pendingJSONPages(limit: limit, after: after) { lines in
                     lines.withUnsafeBufferPointer { page in
+                        // Copied as they are only once each line is known to be one JSON object (strict: a raw control
+                        // character, which could reach a terminal, is not JSON); a page that is not, is not copied.
+                        if let bad = JSONCheck.firstBadLine(page) {
+                            DaemonClient.wrongReply(.listPendingJSON, "a line that is not a JSON object (line \(bad + 1) of a page of \(page.count) bytes)")
+                        }
                         var start = 0
                         // The first tasks one by one (each may gain its last run's energy).
                         while start < page.count, written < 200, audit != nil {
@@ -80,6 +88,7 @@ extension Bgtask {
                         guard start < page.count else { return }
                         // The rest of the page as it is, each line's end made the array's comma, written from the
                         // reply's own bytes (a copy into a String and out again was half the CLI's time).
+                        open()
                         if written > 0 { fputs(",", stdout) }
                         Pending.writeLinesAsElements(UnsafeBufferPointer(rebasing: page[start...]))
                         written += 1
@@ -90,6 +99,7 @@ extension Bgtask {
                         for t in page { write(BusValue.dict(t).json, line: nil) }
                     }
                 }
+                open()
                 print("]")
                 if let n = next { Pending.nextPage(n) }
                 return
@@ -99,9 +109,7 @@ extension Bgtask {
             }
             var tasks: [PendingTask] = []
             let next = DaemonClient.pendingPages(limit: limit, after: after) { page in
-                do { tasks += try page.map { d throws(ProtocolError) in try PendingTask(variant: d) } } catch {
-                    DaemonClient.fail("bgtaskd answered ListPending with \(error): a bgtaskd of another version?", ExitStatus.software)
-                }
+                tasks += DaemonClient.typed(.listPendingPage, page, PendingTask.init(variant:))
             }
             if tasks.isEmpty { out("nothing pending") }
             else if long { for t in tasks { prose(t) } }

@@ -64,7 +64,7 @@ extension Bgtask.PolicyCommand {
 extension Bgtask.PolicyCommand.Explain {
     /// A pending task's fields as bgtaskd keeps them, and how long it has waited.
     static func queuedTask(_ id: String) throws -> TaskFields {
-        guard let d = try DaemonClient.pendingTask(id), let q = try? PendingTask(variant: d) else {
+        guard let d = DaemonClient.pendingTask(id), let q = try? PendingTask(variant: d) else {
             DaemonClient.fail("no task \(id) waits in bgtaskd's queue (bgtask pending lists what does)", ExitStatus.failure)
         }
         var t = TaskFields(id: id, kind: TaskKind(rawValue: q.kind) ?? .processing)

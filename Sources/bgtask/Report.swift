@@ -57,7 +57,13 @@ extension Bgtask {
                                                                                  "thermal.celsius", "user.idle", "network.online"], since: start) } ?? [:]
             Report.readings(history, into: &t)
             // Then each task, from the audit trail.
-            if let audit = (try? State.audit(write: false)) ?? nil, let entries = try? audit.entries(since: start - 86_400) {
+            // A trail that cannot be read (a full disk) is said: the report then shows no task, and says why.
+            let audit: AuditLog?
+            do { audit = try State.audit(write: false) } catch {
+                err("\(error); the report shows no tasks")
+                audit = nil
+            }
+            if let audit, let entries = try? audit.entries(since: start - 86_400) {
                 var byTask: [String: [AuditEntry]] = [:]
                 var order: [String] = []
                 for e in entries {

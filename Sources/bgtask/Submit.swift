@@ -16,7 +16,8 @@ extension Bgtask {
             discussion: """
             The daemon runs it when the policy allows, as `bgtask run` would, and keeps it queued across logout \
             and reboot. One pending request per id: submitting the same id again replaces it. Exit status: 0; \
-            2 for bad input (nothing is queued); 69 when bgtaskd is not reachable; 75 when too many requests wait.
+            2 for bad input (nothing is queued), a command that is not found or not executable as bgtaskd \
+            would start it (PATH, or relative to the working directory) among it; 69 when bgtaskd is not reachable; 75 when too many requests wait.
             """)
 
         @OptionGroup var taskOptions: TaskOptionsGroup
@@ -60,6 +61,10 @@ extension Bgtask {
                 if event.next(after: wallClockNow()) == nil { throw ValidationError("--on-calendar '\(c)' (\(event)) never elapses again") }
             }
             if let r = retry, !(0...100).contains(r) { throw ValidationError("--retry \(r): 0 to 100") }
+            // As bgtaskd will look for it at each start (it refuses the same at Submit, with its own PATH).
+            if let why = CommandCheck.notRunnable(command[0], directory: nil, path: CommandCheck.searchPath) {
+                throw ValidationError("\(why); nothing was queued")
+            }
         }
 
         func run() throws {
@@ -74,8 +79,8 @@ extension Bgtask {
             opts.onCalendar = onCalendar
             opts.retry = retry.map { UInt32($0) }
             if let cwd = getcwd(nil, 0) { opts.directory = String(cString: cwd); free(cwd) }
-            let reply = try DaemonClient.call(.submit, [.dict(opts.variant), .strings(command)])
-            let id = reply.first?.string ?? task.id
+            // The id bgtaskd queued it under (it may differ from the one asked for: none was given); never empty.
+            let id = try DaemonClient.string(.submit, [.dict(opts.variant), .strings(command)])
             if json { print(JSONValue.object([("id", .string(id))]).rendered) } else { out(id) }
         }
     }

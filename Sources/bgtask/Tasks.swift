@@ -34,10 +34,10 @@ extension Bgtask {
             sigemptyset(&mask)
             for s in [SIGINT, SIGTERM, SIGHUP, SIGWINCH] { sigaddset(&mask, s) }
             if live { sigprocmask(SIG_BLOCK, &mask, nil) }
-            guard case .dicts(let tasks)? = try DaemonClient.call(.listRunning).first else { return }
-            if json { print(BusValue.dicts(tasks).json.rendered); return }
+            let (tasks, dicts) = try DaemonClient.items(.listRunning, [], RunningTask.init(variant:))
+            if json { print(BusValue.dicts(dicts).json.rendered); return }
             guard live, let bus = try? BusConnection() else {
-                for l in Tasks.lines(Tasks.typed(tasks)) { out(l) }
+                for l in Tasks.lines(tasks) { out(l) }
                 return
             }
             // Live: redrawn when the daemon says a task changed or progressed, and each second for the clocks; on
@@ -45,10 +45,21 @@ extension Bgtask {
             // the restore runs on the loop, not in a signal handler.
             let loop = MainLoop()
             let sfd = signalfd(-1, &mask, Int32(SFD_CLOEXEC | SFD_NONBLOCK))
-            var gone = false
+            var gone: String?, status = ExitStatus.ok
             func draw() {
-                guard let reply = try? bus.call(.listRunning, []), case .dicts(let now)? = reply.first else { gone = true; loop.quit(); return }
-                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.table(Tasks.typed(now), width: Tasks.columns()).joined(separator: "\n"), keepNewlines: true), terminator: "")
+                let now: [RunningTask]
+                do {
+                    guard case .dicts(let dicts)? = try bus.call(.listRunning, []).first else { throw BusError(BusError.wrongReply, "") }
+                    now = try dicts.map { d throws(ProtocolError) in try RunningTask(variant: d) }
+                } catch let e as BusError where e.name != BusError.wrongReply {
+                    gone = "bgtaskd went away"; loop.quit(); return
+                } catch {
+                    // Said once the screen is back (the whole CLI's words for it), the view ended: nothing of it is shown.
+                    gone = "bgtaskd answered ListRunning with a reply of another type: \(DaemonClient.wrongReplyTail)"
+                    status = ExitStatus.software
+                    loop.quit(); return
+                }
+                print("\u{1B}[H\u{1B}[2J" + Terminal.safe(Tasks.table(now, width: Tasks.columns()).joined(separator: "\n"), keepNewlines: true), terminator: "")
                 fflush(stdout)
             }
             if sfd >= 0 {
@@ -63,13 +74,14 @@ extension Bgtask {
             defer {
                 print("\u{1B}[?25h\u{1B}[?1049l", terminator: "")
                 fflush(stdout)
-                if gone { err("bgtaskd went away") }
+                if let gone { err(gone) }
             }
             for signal in [SchedulerSignal.taskChanged, .taskProgress] { bus.subscribe(signal) { _, _ in draw() } }
             func tick() { loop.setTimer(in: 1) { draw(); tick() } }
             draw()
             tick()
             loop.run()
+            if status != ExitStatus.ok { throw ExitCode(status) }
         }
 
         /// The terminal's width (80 when it cannot be told).
@@ -79,9 +91,6 @@ extension Bgtask {
         }
 
         /// The live view: one row a task, as `top` lays it out, WHY cut to the terminal's width.
-        /// The reply's items as the interface describes them (an item that is not is left out, not guessed at).
-        static func typed(_ tasks: [[String: BusValue]]) -> [RunningTask] { tasks.compactMap { try? RunningTask(variant: $0) } }
-
         static func table(_ tasks: [RunningTask], width: Int) -> [String] {
             let header = "bgtask tasks — \(clockText(wallClockNow())) — \(tasks.count) running (Ctrl-C ends)"
             if tasks.isEmpty { return [header, "", "nothing running"] }

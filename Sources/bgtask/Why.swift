@@ -7,6 +7,7 @@ import BgtaskCore
 import BgtaskConfig
 import BgtaskPolicy
 import BgtaskProbes
+import BgtaskStorage
 #if canImport(Glibc)
 @preconcurrency import Glibc
 #endif
@@ -50,7 +51,7 @@ extension Bgtask {
             }
             let from = wallClock() - since.seconds
             do { try tell(audit, from: from) } catch let e as ExitCode { throw e } catch {
-                err("audit trail \(audit.path): \(error)")
+                err("audit trail \(audit.path): \(DiskSpace.explain(error, file: audit.path) ?? "\(error)")")
                 throw ExitCode(ExitStatus.failure)
             }
         }

@@ -26,6 +26,17 @@ struct RunEndTests {
         #expect(next(RunEnd.Request(kind: .processing, retry: 3, submitted: t0), Self.failed(0), at: t0) == .done, "a success is not retried")
     }
 
+    @Test("cancellationIsTerminal: a cancelled run is the request's end, whatever it has left: retries, periods, calendar elapses, a wait for its conditions")
+    func cancellationIsTerminal() {
+        let requests = [RunEnd.Request(kind: .processing, retry: 3, submitted: t0, started: t0 + 1),
+                        RunEnd.Request(kind: .processing, every: 60, anchor: t0, submitted: t0, started: t0 + 1),
+                        RunEnd.Request(kind: .processing, calendar: "*-*-* *:*:00", submitted: t0, started: t0 + 1)]
+        for r in requests {
+            #expect(next(r, .ended(status: 75, expiredByRule: nil, ownStatus: nil), at: t0 + 90) != .done, "not cancelled: it goes on (\(r))")
+            #expect(next(r, .cancelled, at: t0 + 90) == .done, "\(r)")
+        }
+    }
+
     @Test("a period missed while the machine was off runs once, then keeps its phase: the next due time is the first anchor + k·P after the start")
     func periodsCatchUpOnce() {
         let day = 86_400.0

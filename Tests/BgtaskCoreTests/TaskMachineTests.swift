@@ -83,6 +83,36 @@ struct TaskMachineTests {
         #expect(m.exitStatus == 75)
     }
 
+    @Test("a running-time limit counts seconds of running: a pause does not use up the budget, nor does task.running grow")
+    func runningTimeLimitIsRunningNotElapsed() throws {
+        // The issue's case: 10 s of budget, frozen after 2 s of running, kept frozen for a minute.
+        let p = try policy("""
+        [[rule]]
+        id = "pause-off-power"
+        when = 'power.external != true'
+        verdict = "pause"
+        """)
+        var m = TaskMachine(task: TaskFields(id: "sync"), enqueuedAt: 0, limits: TaskLimits(budget: 10, expireGrace: 5))
+        func at(_ now: Double, _ c: [String: PolicyValue]) -> [TaskAction] {
+            m.step(Policy.Evaluator(policy: p, conditions: c, time: .midnightMonday), now: now).1
+        }
+        let ac: [String: PolicyValue] = ["power.external": .bool(true)]
+        let battery: [String: PolicyValue] = ["power.external": .bool(false)]
+        #expect(at(0, ac) == [.start])
+        #expect(m.nextWake == 10)
+        #expect(at(2, battery) == [.pause])
+        #expect(m.runningTime(now: 2) == 2)
+        #expect(m.nextWake == nil, "a paused run has no budget deadline")
+        #expect(at(11, battery) == [], "expired while frozen after 2 s of running out of 10")
+        #expect(at(62, battery) == [])
+        #expect(m.task.running == 2)
+        #expect(at(62, ac) == [.resume])
+        #expect(m.nextWake == 70, "8 s of budget left after the pause")
+        #expect(at(69, ac) == [])
+        #expect(m.runningTime(now: 69) == 9)
+        #expect(at(70, ac) == [.expire(grace: 5, why: .budget(10))])
+    }
+
     @Test("a debug launch runs whatever the conditions say: later defer, pause and expire verdicts leave it running; its budget still ends it")
     func debugLaunchIsNotEndedByConditions() throws {
         let p = try defaultPolicy()

@@ -19,8 +19,8 @@ struct WindowTests {
         }
         let night = ClockWindow("22:00-06:00")!
         #expect(night.contains(23 * 3600) && night.contains(3600) && !night.contains(6 * 3600) && !night.contains(12 * 3600))
-        #expect(night.untilChange(from: 12 * 3600) == 10 * 3600)
-        #expect(night.untilChange(from: 23 * 3600) == 7 * 3600)
+        #expect(night.untilChange(from: Self.at(12)) == 10 * 3600)
+        #expect(night.untilChange(from: Self.at(23)) == 7 * 3600)
     }
 
     @Test("outside its window a task waits with the reason and wakes when it opens; it starts then; the close pauses it; the next opening resumes it")

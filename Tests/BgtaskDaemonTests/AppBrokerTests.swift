@@ -171,12 +171,30 @@ struct AppBrokerTests {
         for (id, kind) in [("org.example.feed.refresh", "refresh"), ("org.example.feed.clean", "processing"), ("org.example.feed.export.a", "continued")] {
             #expect(submit(Self.request(id, kind)) == nil)
         }
-        broker.gone(Self.feed, why: "left the bus")
+        broker.left(Self.feed, connections: [], why: "left the bus")
         #expect(queue.cancelled.map(\.key) == ["\(Self.feed)/org.example.feed.export.a"])
         #expect(queue.cancelled.first?.by.contains("left the bus") == true)
         #expect(queue.rounds == 1)
         _ = try #require(call(.appCancelAll, [.string(Self.feed)])).get()
         #expect(queue.waiting.isEmpty)
         #expect(Set(queue.cancelled.dropFirst().map(\.by)) == ["the app (cancelAllTaskRequests)"])
+    }
+}
+
+@Suite("an app's relaunches, in virtual time")
+struct RelaunchBudgetTests {
+    @Test("relaunch is bounded: three within the window, at once then after 1 s and 2 s; a fourth is refused, and so is any launch, until the oldest leaves the window")
+    func relaunchIsBoundedWithinItsWindow() {
+        var b = RelaunchBudget()
+        #expect(b.next("a", now: 100) == .after(delay: 0, number: 1))
+        #expect(b.next("a", now: 101) == .after(delay: 1, number: 2))
+        #expect(b.next("a", now: 103) == .after(delay: 2, number: 3))
+        #expect(b.refused("a", now: 104) == nil, "the three allowed relaunches refuse nothing")
+        #expect(b.next("a", now: 106) == .spent(until: 100 + RelaunchBudget.window))
+        #expect(b.refused("a", now: 107) == 100 + RelaunchBudget.window, "a task started meanwhile does not launch it")
+        #expect(b.next("b", now: 107) == .after(delay: 0, number: 1), "per app")
+        // The oldest relaunch out of the window: one more is allowed, after the backoff of the two still in it.
+        #expect(b.refused("a", now: 100 + RelaunchBudget.window) == nil)
+        #expect(b.next("a", now: 100 + RelaunchBudget.window) == .after(delay: 2, number: 3))
     }
 }

@@ -23,7 +23,9 @@ final class FakeHost: QueueHost {
     private(set) var callersLeft: [String] = []
     func actOnChanges() { rounds += 1 }
     func reloadPolicy() -> (ok: Bool, said: String) { (false, "not here") }
-    var launcher: TaskLauncher? { fakeLauncher }
+    /// Commands spawned as the daemon's children (real processes), not as fake units.
+    var realProcesses = false
+    var launcher: TaskLauncher? { realProcesses ? nil : fakeLauncher }
     func appTask(for row: QueuedTask) -> AppTask { fatalError("no app task in these tests") }
     func appTaskEnded(_ e: Entry, status: Int32) {}
     func appTaskView(_ key: String) -> AppTaskView? { nil }
@@ -43,7 +45,9 @@ final class DriverAlone {
     nonisolated(unsafe) static var kept: [(QueueDriver, FakeHost)] = []
 
     /// `before`: what is done to the state directory (made, empty) before the driver opens it.
-    init(policy: String, readings: [String: PolicyValue], leftRunning: QueuedTask? = nil, before: (String) throws -> Void = { _ in }) throws {
+    /// `busyTimeout`: how long its queue's writes wait for a lock another process holds.
+    init(policy: String, readings: [String: PolicyValue], leftRunning: QueuedTask? = nil, busyTimeout: Double = 5,
+         before: (String) throws -> Void = { _ in }) throws {
         dir = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-driver-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("state"), withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
@@ -55,6 +59,7 @@ final class DriverAlone {
                                                   useDBus: false))
         o.quiet = true
         o.readings = readings
+        o.queueBusyTimeout = busyTimeout
         o.places = DaemonPlaces(stateDirectory: dir.appendingPathComponent("state").path,
                                 policySources: [.builtIn, .file(policyFile.path)], appDirectories: [])
         let files = try StateFiles(o)

@@ -181,19 +181,19 @@ struct ServiceTests {
         let d = try InProcessDaemon(policy: Self.fastPower, readings: Self.onBattery)
         var o = SubmitOptions()
         o.requiresExternalPower = true
-        let reply = try d.submit("backup", o, argv: ["restic", "backup"]).get()
+        let reply = try d.submit("backup", o, argv: ["sh", "backup.sh"]).get()
         #expect(reply.first?.string == "backup")
         let waiting = try d.pending()
         #expect(waiting.map(\.id) == ["backup"])
         #expect(waiting.first?.rule == "processing.needs-power" && waiting.first?.reason.contains("external power") == true, "\(waiting)")
-        #expect(waiting.first?.command == ["restic", "backup"], "a resting task is listed from its stored row")
+        #expect(waiting.first?.command == ["sh", "backup.sh"], "a resting task is listed from its stored row")
         #expect(d.launcher.started.isEmpty)
         // Only the charger can start it: it rests, and its row is the queue's alone (no entry, no supervisor).
         #expect(d.daemon.driver.queue.isResting("backup") && d.daemon.driver.queue.awake["backup"] == nil && d.daemon.driver.queue.waitingCount == 1)
 
         d.conditions(Self.charger)
         let unit = try #require(d.launcher.started["backup"], "not started on the charger")
-        #expect(d.launcher.argv["backup"] == ["restic", "backup"])
+        #expect(d.launcher.argv["backup"] == ["sh", "backup.sh"])
         #expect(d.daemon.driver.running["backup"] != nil && !d.daemon.driver.queue.isWaiting("backup"))
         #expect(try d.pending().isEmpty)
         #expect(try QueueStoreView(d).state("backup") == "running", "the queue says it runs before anything else does")

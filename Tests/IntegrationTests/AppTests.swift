@@ -31,12 +31,30 @@ if mode in ("submit-ready", "unhandled"):
         note(f"{mode} got launch {ident}")
         if mode == "unhandled":
             s.AppLaunchReceived(APP, ident, False, "no launch handler is registered for " + ident)
+        elif os.environ.get("HANDLED"):
+            # The library says "handled" on its bus thread while the app's main thread is already on its way out.
+            s.AppLaunchReceived(APP, ident, True, "")
         loop.quit()
     bus.add_signal_receiver(on_launch, "Launch", "io.github.bgtask.Scheduler1")
     s.AppRegister(APP, IDENT)
     s.AppReady(APP)
     s.AppSubmit(APP, dbus.Dictionary({"identifier": IDENT, "kind": "refresh"}, signature="sv"))
     GLib.timeout_add(20000, loop.quit)
+    loop.run()
+    sys.exit(0)
+if mode == "hold":
+    # hold: a process the user started that stays: it registers, says ready, and takes every launch (handled)
+    # without completing it; what it got is printed, after the call.
+    loop = GLib.MainLoop()
+    def on_hold(app, ident, kind):
+        s.AppLaunchReceived(APP, ident, True, "")
+        print(f"got launch {ident}", flush=True)
+    bus.add_signal_receiver(on_hold, "Launch", "io.github.bgtask.Scheduler1")
+    for ident in IDENTS:
+        s.AppRegister(APP, ident)
+    s.AppReady(APP)
+    print("ready", flush=True)
+    GLib.timeout_add(60000, loop.quit)
     loop.run()
     sys.exit(0)
 if mode == "cancel":
@@ -81,7 +99,8 @@ struct FakeApp {
     /// Kept alive with the app: its directory holds the script and the manifest.
     let policy: PolicyEnv
 
-    init(_ p: PolicyEnv) throws {
+    /// `command`: the manifest's command (nil: the fake app in its `background` mode).
+    init(_ p: PolicyEnv, command: [String]? = nil) throws {
         policy = p
         dataHome = p.dir.appendingPathComponent("data")
         let apps = dataHome.appendingPathComponent("bgtask/apps")
@@ -89,9 +108,10 @@ struct FakeApp {
         script = p.dir.appendingPathComponent("colorfeed.py")
         marker = p.dir.appendingPathComponent("colorfeed.log")
         try fakeApp.write(to: script, atomically: true, encoding: .utf8)
+        let argv = command ?? ["/usr/bin/python3", script.path, "background"]
         try """
         id = "com.example.ColorFeed"
-        command = ["/usr/bin/python3", "\(script.path)", "background"]
+        command = [\(argv.map { "\"\($0)\"" }.joined(separator: ", "))]
         permitted_identifiers = ["com.example.colorfeed.refresh", "com.example.colorfeed.db_cleaning"]
         kinds = ["refresh", "processing"]
         """.write(to: apps.appendingPathComponent("com.example.ColorFeed.toml"), atomically: true, encoding: .utf8)
@@ -202,7 +222,7 @@ extension UmockdevIntegrationTests {
     func appThatIgnoresExpiration() throws {
         try requirePreload()
         let (app, tb, d) = try FakeApp.ignoringExpiration()
-        _ = tb
+        defer { withExtendedLifetime(tb) {} }
         #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
         let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
         _ = try #require(d.said("\(key): started"), "\(d.daemon?.stderr ?? "")")
@@ -346,7 +366,7 @@ extension UmockdevIntegrationTests {
     func endedTasksCountAgainstTheApp() throws {
         try requirePreload()
         let (app, tb, d) = try FakeApp.ignoringExpiration()
-        _ = tb
+        defer { withExtendedLifetime(tb) {} }
         let p = app.policy
         let key = "com.example.ColorFeed/com.example.colorfeed.refresh"
         #expect(try app.run(d, ["submit", "processing", "none"]).0 == 0)
@@ -383,5 +403,114 @@ extension UmockdevIntegrationTests {
         #expect(try app.run(fine, ["submit", "processing", "none", "com.example.colorfeed.db_cleaning"]).0 == 0)
         _ = try #require(fine.said("completed in time; com.example.ColorFeed has 0 ended task(s) not made good"), "\(fine.daemon?.stderr ?? "")")
         #expect(try standing(fine).0 == 0)
+    }
+}
+
+/// Issue 43's app classes: a start that failed, relaunches without end, state kept per app id instead of per process.
+@Suite("an app's launches and processes, each as it is", .serialized)
+struct AppProcessTests {
+    static let refresh = "com.example.ColorFeed/com.example.colorfeed.refresh"
+    static let cleaning = "com.example.ColorFeed/com.example.colorfeed.db_cleaning"
+
+    @Test("a failed start is not started: an app whose command does not exist fails its task at once, naming the command and errno, and frees its slot")
+    func failedStartIsNotStarted() throws {
+        let p = try PolicyEnv()
+        // One slot: a task left "running" by a launch that never happened would hold up the command task after it.
+        try p.userPolicy("60-one.toml", "[daemon]\nmax_running = 1\n")
+        let app = try FakeApp(p, command: ["/nonexistent/colorfeed", "background"])
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        #expect(try app.run(d, ["submit", "refresh", "none"]).0 == 0)
+        let failed = try #require(d.said("could not be launched"), "\(d.daemon?.stderr ?? "")")
+        #expect(failed.contains("/nonexistent/colorfeed") && failed.contains("ENOENT"), "\(failed)")
+        #expect(!failed.contains("started"), "told as a start: \(failed)")
+        let (_, running, _) = try d.bgtask(["tasks", "--json"])
+        #expect(!running.contains(Self.refresh), "still running: \(running)")
+        let (_, why, _) = try d.bgtask(["why", Self.refresh])
+        #expect(why.contains("could not be launched") && why.contains("/nonexistent/colorfeed") && why.contains("No such file or directory"), "\(why)")
+        #expect(try d.pending().isEmpty, "a refresh that failed is over, as one whose command failed")
+        // The slot is free: the next task runs.
+        #expect(try d.bgtask(["submit", "--id", "after", "--", "/bin/true"]).0 == 0)
+        _ = try #require(d.said("after: finished"), "the slot was not freed: \(d.daemon?.stderr ?? "")")
+    }
+
+    @Test("relaunch is bounded: an app whose command exits before registering is launched again three times, each later than the last, then its task fails saying so")
+    func relaunchIsBoundedForAnAppThatNeverRegisters() throws {
+        let p = try PolicyEnv()
+        let launches = p.dir.appendingPathComponent("launches")
+        let app = try FakeApp(p, command: ["/bin/sh", "-c", "date +%s.%N >> '\(launches.path)'"])
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        #expect(try app.run(d, ["submit", "refresh", "none"]).0 == 0)
+        let gaveUp = try #require(d.said("not launched again", within: 20), "\(d.daemon?.stderr.suffix(3000) ?? "")")
+        #expect(gaveUp.contains(Self.refresh), "\(gaveUp)")
+        let (_, why, _) = try d.bgtask(["why", Self.refresh])
+        #expect(why.contains("not launched again") && why.contains("3 times"), "\(why)")
+        let times = try String(contentsOf: launches, encoding: .utf8).split(separator: "\n").compactMap { Double($0) }
+        #expect(times.count == 4, "the first launch and three more: \(times.count) launches; \(d.daemon?.stderr.suffix(3000) ?? "")")
+        // The backoff: each relaunch after a longer wait than the one before it.
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+        #expect(gaps.count == 3 && gaps[1] >= 0.9 && gaps[2] >= 1.9, "\(gaps)")
+    }
+
+    /// The fake app's `hold` mode as the user would start it: a process of its own, beside bgtaskd's launches.
+    func hold(_ app: FakeApp, _ d: SessionDaemon) throws -> Child {
+        var env = d.env.merging(app.env) { $1 }
+        env["LD_PRELOAD"] = nil
+        let c = try Child("/usr/bin/python3", [app.script.path, "hold"], environment: env)
+        guard c.line(within: 20, where: { $0 == "ready" }) != nil else {
+            c.stop()
+            throw DaemonTestError(message: "the app did not come up: \(c.stderr)")
+        }
+        return c
+    }
+
+    @Test("app state is per connection: with two processes of an app, the first one's leaving ends its own task; a refresh handed to a process that exits is handed again, not lost")
+    func appStateIsPerConnection() throws {
+        let p = try PolicyEnv()
+        let app = try FakeApp(p)
+        let d = try SessionDaemon(policy: p, preload: false, daemonEnv: app.env, extraEnv: app.env)
+        // A process of the app is up; a command-line run of the app submits its cleaning (as a refresh) and exits;
+        // the first process takes it; a second process of the app comes up.
+        let first = try hold(app, d)
+        defer { first.stop() }
+        #expect(try app.run(d, ["submit", "refresh", "-", "com.example.colorfeed.db_cleaning"]).0 == 0)
+        _ = try #require(first.line(within: 20, where: { $0 == "got launch com.example.colorfeed.db_cleaning" }), "\(d.daemon?.stderr ?? "")")
+        let second = try hold(app, d)
+        defer { second.stop() }
+        // The first leaves: what was handed to it is over, not "running" for ever.
+        kill(first.process.processIdentifier, SIGKILL)
+        _ = first.waitExit(within: 10)
+        let ended = try #require(d.said("\(Self.cleaning): finished"), "\(d.daemon?.stderr.suffix(3000) ?? "")")
+        #expect(ended.contains("left the bus before completing it"), "\(ended)")
+
+        // A command-line run of the app submits a refresh and exits as it is handed over (its library said
+        // "handled" on the way out): the refresh goes to the process still there, not down with the one that left.
+        var env = d.env.merging(app.env) { $1 }
+        env["HANDLED"] = "1"
+        env["LD_PRELOAD"] = nil
+        let (s, o, e) = try Child.run("/usr/bin/python3", [app.script.path, "submit-ready"], environment: env, deadline: 30)
+        #expect(s == 0, "\(o) \(e)")
+        _ = try #require(second.line(within: 20, where: { $0 == "got launch com.example.colorfeed.refresh" }),
+                         "not handed again: \(d.daemon?.stderr.suffix(3000) ?? "")")
+        let (_, why, _) = try d.bgtask(["why", Self.refresh])
+        #expect(!why.contains("before completing it"), "\(why)")
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("an app bgtaskd launched ends with bgtaskd: SIGTERM to the daemon while the launched app holds its task ends the app too")
+    func launchedAppEndsWithTheDaemon() throws {
+        try requirePreload()
+        let (app, tb, d) = try FakeApp.ignoringExpiration()
+        defer { withExtendedLifetime(tb) {} }
+        #expect(try app.run(d, ["submit", "processing", "now", "com.example.colorfeed.db_cleaning"]).0 == 0)
+        let launched = try #require(d.said("launched com.example.ColorFeed (pid", within: 20), "\(d.daemon?.stderr ?? "")")
+        let pid = try #require(launched.range(of: "(pid ").flatMap { Int32(launched[$0.upperBound...].prefix { $0.isNumber }) }, "\(launched)")
+        // The app has its task (the fake app notes each launch it is handed; it has no event to wait on).
+        #expect(polled(within: 20, every: 0.1) { app.notes.contains("launch com.example.colorfeed.db_cleaning") }, "\(app.notes)")
+        #expect(liveState(pid) != nil, "the app is not running: \(app.notes)")
+        d.daemon?.process.terminate()
+        #expect(d.daemon?.waitExit(within: 20) == 0, "\(d.daemon?.stderr ?? "")")
+        #expect(polled(within: 10) { liveState(pid) == nil }, "the app bgtaskd launched outlived it (pid \(pid), state \(liveState(pid) ?? "gone"))")
+        #expect(d.daemon?.stderr.contains("ending the app it launched (pid \(pid))") == true, "\(d.daemon?.stderr ?? "")")
     }
 }

@@ -236,7 +236,7 @@ struct BoundaryTests {
         let script = p.dir.appendingPathComponent("buscall.py")
         try busCallScript.write(to: script, atomically: true, encoding: .utf8)
         let address = d.env["DBUS_SESSION_BUS_ADDRESS"]!
-        let client = try Child("/bin/sh", ["-c", "gdbus wait --session --timeout 20 io.github.bgtask.Scheduler1 && exec /usr/bin/python3 \"$0\" \"$1\" CancelAll",
+        let client = try Child("/bin/sh", ["-c", "gdbus wait --address \"$1\" --timeout 20 io.github.bgtask.Scheduler1 && exec /usr/bin/python3 \"$0\" \"$1\" CancelAll",
                                            script.path, address], environment: Child.environment(["LD_PRELOAD": nil, "DBUS_SESSION_BUS_ADDRESS": address]))
         defer { client.stop() }
         try d.start()
@@ -380,6 +380,39 @@ struct BoundaryTests {
         #expect(r.hasPrefix("OK"), "\(r)")
         let said = try #require(d.saidOf("nodir"), "\(d.daemon?.stderr ?? "")")
         #expect(said.contains("working directory /nonexistent/dir does not exist"), "\(said)")
+    }
+
+    @Test("validation limits are the kernel's: one argument over MAX_ARG_STRLEN, and a command that is not there or not executable, are refused at Submit, named")
+    func validationLimitsAreTheKernels() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        // The call's text in a file: an argument this long cannot be any process's argument, the caller's included.
+        func submit(_ id: String, argumentBytes n: Int) throws -> String {
+            let text = p.dir.appendingPathComponent("args-\(id)")
+            try "({'id': <'\(id)'>, 'earliest': <\(Int(Date().timeIntervalSince1970) + 7200).0>}, ['echo', '\(String(repeating: "x", count: n))'])"
+                .write(to: text, atomically: true, encoding: .utf8)
+            return try d.call("Submit", "@" + text.path, dir: p.dir)
+        }
+        let limit = 32 * Int(sysconf(Int32(_SC_PAGESIZE)))
+        let over = try submit("over", argumentBytes: limit)
+        #expect(over.hasPrefix("ERR") && over.contains("InvalidArgs") && over.contains("argument 1 of the command is \(limit) bytes")
+                && over.contains("MAX_ARG_STRLEN"), "\(over)")
+        #expect(try submit("at", argumentBytes: limit - 1).hasPrefix("OK"), "with its NUL, exactly the kernel's limit")
+
+        // Not there: the front's Submit is refused, and the CLI it hands over to says why (2: bad input, nothing queued).
+        let missing = try d.bgtask(["submit", "--id", "gone", "--", "bgtask-test-no-such-command"])
+        #expect(missing.0 == 2 && missing.2.contains("command bgtask-test-no-such-command is not found in PATH (PATH="), "\(missing)")
+        let data = p.dir.appendingPathComponent("not-executable")
+        try "#!/bin/sh\n".write(to: data, atomically: true, encoding: .utf8)
+        let plain = try d.bgtask(["submit", "--id", "plain", "--", data.path])
+        #expect(plain.0 == 2 && plain.2.contains("command \(data.path) is not an executable file this user may run"), "\(plain)")
+        // The bus refuses what the CLI refuses, relative paths against the request's directory.
+        let bus = try d.call("Submit", "({'id': <'rel'>, 'directory': <'\(p.dir.path)'>}, ['./not-executable'])", dir: p.dir)
+        #expect(bus.hasPrefix("ERR") && bus.contains("InvalidArgs") && bus.contains("command ./not-executable (relative to \(p.dir.path))"), "\(bus)")
+        let busMissing = try d.call("Submit", "({'id': <'gone'>}, ['bgtask-test-no-such-command'])", dir: p.dir)
+        #expect(busMissing.hasPrefix("ERR") && busMissing.contains("is not found in PATH"), "\(busMissing)")
+        let (_, listed, _) = try d.bgtask(["pending", "--json"])
+        #expect(listed.contains("\"at\"") && !["\"over\"", "\"gone\"", "\"plain\"", "\"rel\""].contains { listed.contains($0) }, "\(listed)")
     }
 
     @Test("a task is all its processes: a daemon it started (setsid, double fork) ends with cancel, and with the task's own exit")

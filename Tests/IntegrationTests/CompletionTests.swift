@@ -30,6 +30,9 @@ struct CompletionTests {
             var env = environment
             env["PATH"] = URL(fileURLWithPath: Child.bgtaskPath).deletingLastPathComponent().path + ":/usr/bin:/bin"
             env["TERM"] = "xterm"
+            // An interactive bash writes its history to ~/.bash_history when it exits: the test's own directory.
+            env["HOME"] = directory.path
+            env["HISTFILE"] = directory.appendingPathComponent(".bash_history").path
             let (s, _, e) = try Child.run("/usr/bin/tmux", ["-L", socket, "-f", "/dev/null", "new-session", "-d", "-x", String(width), "-y", "40",
                                                              "bash --noprofile --rcfile '\(rc.path)' -i"], environment: env, deadline: 20)
             try #require(s == 0, "tmux: \(e)")

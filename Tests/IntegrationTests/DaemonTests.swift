@@ -186,12 +186,8 @@ extension UmockdevIntegrationTests {
 
     @Test("bgtaskd SIGKILLed while a task runs: the restart ends the old command before the task runs again, so it never runs twice at once")
     func daemonCrashWhileRunning() throws {
-        try requirePreload()
-        let p = try PolicyEnv()
-        try p.userPolicy("50-fast.toml", immediatePowerRule)
-        let tb = Testbed()
-        _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
-        let d = try SessionDaemon(policy: p, preload: true)
+        let (p, tb, d) = try onTheCharger()
+        _ = (p, tb)   // kept: their directories and testbed go with them
         #expect(try d.bgtask(["submit", "--id", "index", "--", "sleep", "300"]).0 == 0)
         let line = try #require(d.said("index: started"), "did not start: \(d.daemon?.stderr ?? "")")
         let first = try #require(startedPID(line))
@@ -207,6 +203,58 @@ extension UmockdevIntegrationTests {
         #expect(interrupted.lowerBound < (log.range(of: "index: started")?.lowerBound ?? log.startIndex), "\(log)")
         #expect(try d.bgtask(["cancel", "index"]).0 == 0)
         #expect(gone(second, within: 15))
+    }
+
+    @Test("process identity with a boot identity: the running rows of an earlier boot are queued again without signalling the pid they name")
+    func recoveryKnowsTheBoot() throws {
+        let (p, tb, d) = try onTheCharger()
+        defer { withExtendedLifetime(tb) {} }
+        #expect(try d.bgtask(["submit", "--id", "index", "--", "sleep", "300"]).0 == 0)
+        let line = try #require(d.said("index: started"), "did not start: \(d.daemon?.stderr ?? "")")
+        let first = try #require(startedPID(line))
+        defer { kill(first, SIGKILL) }
+        d.crash()
+        // As after a reboot whose early start gave another process the same pid and start tick: the queue says its
+        // running rows were written in another boot.
+        let db = p.dir.appendingPathComponent("state/queue.sqlite").path
+        let (rc, _, err) = try Child.run("/usr/bin/python3", ["-c", """
+            import sqlite3, sys
+            c = sqlite3.connect(sys.argv[1])
+            n = c.execute("UPDATE meta SET value = 'an-earlier-boot' WHERE key = 'run_boot'").rowcount
+            c.commit()
+            sys.exit(0 if n == 1 else 3)
+            """, db], deadline: 20)
+        try #require(rc == 0, "the queue has no run_boot: \(rc) \(err)")
+        try d.restart()
+        let again = try #require(d.said("index: started"), "not run again: \(d.daemon?.stderr ?? "")")
+        #expect(d.daemon?.stderr.contains("index: interrupted: the machine has restarted since") == true, "\(d.daemon?.stderr ?? "")")
+        #expect(liveState(first) != nil, "the pid an earlier boot's row named was signalled")
+        let second = try #require(startedPID(again))
+        #expect(try d.bgtask(["cancel", "index"]).0 == 0)
+        #expect(gone(second, within: 15))
+    }
+
+    @Test("cancellationIsTerminal with a real bgtaskd: a periodic task cancelled while its command ignores SIGTERM, bgtaskd SIGKILLed before the command exits: the next bgtaskd ends the command and does not queue the task again")
+    func cancellationIsTerminalAcrossACrash() throws {
+        let (p, tb, d) = try onTheCharger()
+        _ = (p, tb)   // kept: their directories and testbed go with them
+        // It ignores the cancel's SIGTERM (so does its sleep: an ignored signal stays ignored across exec), so its
+        // exit waits for the grace's SIGKILL, and the daemon dies first.
+        #expect(try d.bgtask(["submit", "--id", "sync", "--every", "1s", "--", "sh", "-c", "trap '' TERM; sleep 300"]).0 == 0)
+        let line = try #require(d.said("sync: started"), "did not start: \(d.daemon?.stderr ?? "")")
+        let first = try #require(startedPID(line))
+        let (status, out, err) = try d.bgtask(["cancel", "sync"])
+        #expect(status == 0 && out.contains("expired the running task"), "\(out) \(err)")
+        d.crash()
+        #expect(liveState(first) != nil, "the command outlived the daemon, as a command that ignores SIGTERM does")
+        try d.restart()
+        // Recovery comes before the daemon serves: its line is among those `start` read up to "serving".
+        let recovered = (d.daemon?.stderr ?? "").split(separator: "\n").first { $0.contains("sync: interrupted") }
+        #expect(recovered?.contains("it was cancelled (bgtask cancel): not queued again") == true, "\(d.daemon?.stderr ?? "")")
+        #expect(gone(first, within: 15), "the cancelled command was left running")
+        #expect(try d.pending().isEmpty, "the cancelled task is queued again")
+        let log = d.daemon?.stderr ?? ""
+        #expect(!log.contains("sync: started"), "the cancelled task ran again: \(log)")
     }
 
     @Test("one pending request per identifier: a second submit replaces the first; bad input exits 2 and queues nothing")
@@ -245,6 +293,29 @@ extension UmockdevIntegrationTests {
         #expect(s2 == 69, "\(e2)")
     }
 
+    @Test("a bgtaskd that the bus activates and that exits at once: submit and pending exit 69 and say why in words, not the bus's error")
+    func activationFailureIsSaidInWords() throws {
+        let p = try PolicyEnv()
+        // A bgtaskd on one bus holds the state directory; a second bus activates another on the same state, which exits 75.
+        let holder = try SessionDaemon(policy: p, preload: false)
+        let services = p.dir.appendingPathComponent("services")
+        try FileManager.default.createDirectory(at: services, withIntermediateDirectories: true)
+        let env = p.env
+        let exec = ["/usr/bin/env", "BGTASK_STATE_DIR=\(env["BGTASK_STATE_DIR"]!)", "BGTASK_RUNTIME_DIR=\(env["BGTASK_RUNTIME_DIR"]!)",
+                    "BGTASK_POLICY_DIR=\(env["BGTASK_POLICY_DIR"]!)", Child.bgtaskdPath, "--no-dbus"].joined(separator: " ")
+        try "[D-BUS Service]\nName=io.github.bgtask.Scheduler1\nExec=\(exec)\n"
+            .write(to: services.appendingPathComponent("io.github.bgtask.Scheduler1.service"), atomically: true, encoding: .utf8)
+        let bus = try PrivateBus(serviceDirectory: services)
+        let caller = p.environment(preload: false, ["DBUS_SESSION_BUS_ADDRESS": bus.address])
+        for args in [["submit", "--", "true"], ["pending"]] {
+            let (s, out, e) = try Child.run(Child.bgtaskPath, args, environment: caller, deadline: 60)
+            #expect(s == 69, "\(args): \(s) \(out) \(e)")
+            #expect(e.contains("exited with status 75: another bgtaskd holds the state directory"), "\(args): \(e)")
+            #expect(!e.contains("ChildExited"), "\(args): \(e)")
+        }
+        #expect(try holder.pending().isEmpty, "the refused submit was queued")
+    }
+
     @Test("the limits in the daemon: with daemon.max_running = 1 the second task waits for the slot, and starts when the first ends; --retry runs a failing command again")
     func limitsAndRetry() throws {
         try requirePreload()
@@ -273,6 +344,16 @@ extension UmockdevIntegrationTests {
     }
 }
 
+/// A laptop on its charger (umockdev), a policy that starts power-bound work at once, and bgtaskd (`--no-dbus`).
+func onTheCharger() throws -> (PolicyEnv, Testbed, SessionDaemon) {
+    try requirePreload()
+    let p = try PolicyEnv()
+    try p.userPolicy("50-fast.toml", immediatePowerRule)
+    let tb = Testbed()
+    _ = tb.addLaptop(acOnline: true, batteryStatus: "Charging")
+    return (p, tb, try SessionDaemon(policy: p, preload: true))
+}
+
 /// A laptop on its charger (umockdev), python-dbusmock's logind on a private system bus, and bgtaskd watching it.
 func onTheChargerWithLogind() throws -> (PolicyEnv, Testbed, MockServices, SessionDaemon) {
     try requirePreload()
@@ -288,7 +369,7 @@ extension UmockdevIntegrationTests {
     @Test("PrepareForSleep from mocked logind: the delay lock is held while tasks run, refresh work expires, the rest is frozen, the lock is released within 5 s; after resume the work goes on")
     func sleepThroughLogind() throws {
         let (p, tb, logind, d) = try onTheChargerWithLogind()
-        _ = tb
+        defer { withExtendedLifetime((p, tb)) {} }   // their directories and testbed live as long as the daemon
         #expect(try d.bgtask(["submit", "--id", "work", "--", "sleep", "300"]).0 == 0)
         _ = try #require(d.said("work: started"), "\(d.daemon?.stderr ?? "")")
         #expect(try d.bgtask(["submit", "--id", "feed", "--kind", "refresh", "--", "sleep", "300"]).0 == 0)
@@ -675,5 +756,70 @@ extension UmockdevIntegrationTests {
             print(' '.join(v for (v,) in c.execute("SELECT value FROM transition WHERE name = 'power.external' ORDER BY time")))
             """, db], deadline: 20)
         #expect(s == 0 && rows.trimmingCharacters(in: .whitespacesAndNewlines) == "false true false", "\(rows) \(e)")
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("state files held only by an open descriptor: queue.sqlite and audit.sqlite removed, or the queue replaced by an older copy, under a running bgtaskd: what it acknowledged afterwards survives a restart, and why still tells it")
+    func stateFilesAreNotHeldOnlyByADescriptor() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        let tb = Testbed()
+        _ = tb.addLaptop(acOnline: false)
+        let d = try SessionDaemon(policy: p, preload: true)
+        let state = p.dir.appendingPathComponent("state")
+        let queue = state.appendingPathComponent("queue.sqlite").path
+        func submit(_ id: String) throws {
+            let (s, _, e) = try d.bgtask(["submit", "--id", id, "--requires-external-power", "--", "true"])
+            #expect(s == 0, "\(id): \(e)")
+        }
+        try submit("before")
+        // Removed, with its WAL (as `rm queue.sqlite*` does), and the trail too.
+        for name in ["queue.sqlite", "queue.sqlite-wal", "queue.sqlite-shm", "audit.sqlite", "audit.sqlite-wal", "audit.sqlite-shm"] {
+            unlink(state.appendingPathComponent(name).path)
+        }
+        try submit("after-removal")
+        #expect(d.said("queue.sqlite was removed under its writer; what was held is written back to it", within: 10) != nil, "\(d.daemon?.stderr ?? "")")
+        // Replaced by an older copy of itself (a restored backup): moved aside, the queue held written back.
+        let copy = p.dir.appendingPathComponent("old-queue.sqlite").path
+        let (rc, _, err) = try Child.run("/usr/bin/python3", ["-c", "import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))", queue, copy], deadline: 20)
+        try #require(rc == 0, "\(err)")
+        try submit("before-replacement")
+        #expect(rename(copy, queue) == 0)
+        try submit("after-replacement")
+        #expect(d.said("queue.sqlite was replaced under its writer", within: 10) != nil, "\(d.daemon?.stderr ?? "")")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: state.path).filter { $0.hasPrefix("queue.sqlite.replaced-") && !$0.hasSuffix("-wal") && !$0.hasSuffix("-shm") }
+        #expect(aside.count == 1, "the file that took the path is kept aside: \(aside)")
+
+        try d.restart()
+        let ids = Set(try d.pending().compactMap { $0["id"] as? String })
+        #expect(ids == ["before", "after-removal", "before-replacement", "after-replacement"], "\(ids)")
+        let (ws, why, we) = try d.bgtask(["why", "after-removal"])
+        #expect(ws == 0 && why.contains("waiting"), "\(ws) \(why) \(we)")
+    }
+}
+
+extension UmockdevIntegrationTests {
+    @Test("memory kept per reload: 300 SIGHUPs (each waited for: its 'policy reloaded' line) leave bgtaskd's resident memory where 20 did")
+    func memoryIsNotKeptPerReload() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        let pid = try #require(d.daemon?.process.processIdentifier)
+        func rssKB() -> Int {
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            return status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap { Int($0.split(separator: " ")[1]) } ?? 0
+        }
+        func reload(_ n: Int) throws {
+            for i in 0..<n {
+                kill(pid, SIGHUP)
+                _ = try #require(d.said("policy reloaded", within: 10), "reload \(i): \(d.daemon?.stderr.suffix(500) ?? "")")
+            }
+        }
+        try reload(20)   // the first reloads fill caches and the allocator's arenas
+        let before = rssKB()
+        try reload(300)
+        let grown = rssKB() - before
+        // TOMLKit keeps every table it parses (about 23 kB for the shipped policy): 300 parses would be about 7 MB.
+        #expect(grown < 2048, "bgtaskd grew \(grown) kB over 300 reloads")
     }
 }

@@ -71,15 +71,14 @@ final class SessionMock {
     let monitor: Child
     let env: [String: String]
     let name: String
+    let bus: PrivateBus
 
     init(_ d: SessionDaemon, template: String, name: String, parameters: String? = nil) throws {
         self.name = name
+        bus = d.bus
         env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": d.bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
-        mock = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template", template] + (parameters.map { ["-p", $0] } ?? []),
-                         environment: env)
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", name], environment: env)
-        try #require(rc == 0, "the mocked \(name) did not appear: \(err) \(mock.stderr)")
-        monitor = try Child("/usr/bin/gdbus", ["monitor", "--session", "--dest", name], environment: env)
+        mock = try d.bus.dbusmock(template: template, name: name, parameters: parameters)
+        monitor = try Child("/usr/bin/gdbus", d.bus.gdbusArguments("monitor", ["--dest", name]), environment: env)
         _ = monitor.line(within: 5) { $0.contains("Monitoring") }
     }
 
@@ -101,9 +100,8 @@ final class SessionMock {
 
     /// Emits `signal` from one of the service's objects (dbusmock's EmitSignal).
     func emit(path: String, interface: String, _ signal: String, _ signature: String, _ args: String) throws {
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", name, "--object-path", path,
-                                                            "--method", "org.freedesktop.DBus.Mock.EmitSignal",
-                                                            interface, signal, signature, args], environment: env)
+        let (rc, _, err) = try bus.gdbus("call", ["--dest", name, "--object-path", path, "--method", "org.freedesktop.DBus.Mock.EmitSignal",
+                                                  interface, signal, signature, args])
         try #require(rc == 0, "EmitSignal \(signal): \(err)")
     }
 
@@ -112,8 +110,7 @@ final class SessionMock {
     }
 
     func calls(path: String = "/org/freedesktop/Notifications") throws -> String {
-        try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", name, "--object-path", path,
-                                         "--method", "org.freedesktop.DBus.Mock.GetCalls"], environment: env).1
+        try bus.gdbus("call", ["--dest", name, "--object-path", path, "--method", "org.freedesktop.DBus.Mock.GetCalls"]).1
     }
 }
 
@@ -414,9 +411,8 @@ extension UmockdevIntegrationTests {
         x.tb.uevent(x.laptop.zone)
         let hot = try #require(app.line(within: 10) { $0.contains("thermal state changed") }, "\(app.stdout) \(x.d.daemon?.stderr ?? "")")
         #expect(hot.hasSuffix("thermal serious, low power on"), "\(hot)")
-        let (rc, out, _) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", "io.github.bgtask.Scheduler1", "--object-path",
-                                                            "/io/github/bgtask/Scheduler1", "--method", "io.github.bgtask.Scheduler1.GetConditions"],
-                                         environment: x.apps.environment(x.d))
+        let (rc, out, _) = try x.d.bus.gdbus("call", ["--dest", "io.github.bgtask.Scheduler1", "--object-path", "/io/github/bgtask/Scheduler1",
+                                                      "--method", "io.github.bgtask.Scheduler1.GetConditions"])
         #expect(rc == 0 && out.contains("'thermal_state': <'serious'>") && out.contains("'low_power_mode': <true>"), "\(out)")
     }
 }

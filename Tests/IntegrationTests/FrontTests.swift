@@ -18,7 +18,14 @@ extension UmockdevIntegrationTests {
         let p = try PolicyEnv()
         let tb = Testbed()
         _ = tb.addLaptop(acOnline: false)
-        let d = try SessionDaemon(policy: p, preload: true)
+        // A command whose name starts with `-` that exists (Submit refuses one that is not found), on PATH for all.
+        let bin = p.dir.appendingPathComponent("bin")
+        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
+        let dash = bin.appendingPathComponent("-dash-command")
+        try "#!/bin/sh\n".write(to: dash, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: dash.path)
+        let path = bin.path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let d = try SessionDaemon(policy: p, preload: true, extraEnv: ["PATH": path])
         let cases: [[String]] = [
             ["--requires-external-power", "--", "echo", "one", "two"],
             ["--id", "backup.home", "--kind", "refresh", "--requires-external-power", "--", "true"],

@@ -35,7 +35,12 @@ final class PolicyEnv {
                                     "BGTASK_STATE_DIR": dir.appendingPathComponent("state").path,
                                     "BGTASK_RUNTIME_DIR": dir.appendingPathComponent("run").path,
                                     // Never this machine's own systemd user manager (a test that wants one starts its own).
-                                    "BGTASK_SYSTEMD_UNITS": "0"]
+                                    "BGTASK_SYSTEMD_UNITS": "0",
+                                    // Nor the user's own data (app manifests, ~/.local/share) or state: a test's own.
+                                    "XDG_DATA_HOME": dir.appendingPathComponent("data").path,
+                                    "XDG_DATA_DIRS": dir.appendingPathComponent("data-dirs").path,
+                                    "XDG_STATE_HOME": dir.appendingPathComponent("xdg-state").path,
+                                    "XDG_CACHE_HOME": dir.appendingPathComponent("cache").path]
         if !preload {
             o["LD_PRELOAD"] = .some(nil); o["UMOCKDEV_DIR"] = .some(nil)
             o["BGTASK_SYSFS_ROOT"] = machine.root.path

@@ -86,11 +86,7 @@ final class MockDesktop {
         bus = try PrivateBus()
         self.name = name
         self.path = path
-        let env = Child.environment(["DBUS_SESSION_BUS_ADDRESS": bus.address, "LD_PRELOAD": nil, "UMOCKDEV_DIR": nil])
-        mock = try Child("/usr/bin/python3", ["-m", "dbusmock", "--session", "--template",
-                                              MockDesktop.templates.appendingPathComponent(template).path], environment: env)
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["wait", "--session", "--timeout", "15", name], environment: env)
-        try #require(rc == 0, "\(name) did not appear: \(err) \(mock.stderr)")
+        mock = try bus.dbusmock(template: MockDesktop.templates.appendingPathComponent(template).path, name: name)
     }
     deinit { mock.stop(grace: 1) }
 
@@ -102,8 +98,7 @@ final class MockDesktop {
     }
 
     func control(_ method: String, _ args: [String] = []) throws {
-        let (rc, _, err) = try Child.run("/usr/bin/gdbus", ["call", "--session", "--dest", name, "--object-path", path,
-                                                            "--method", "org.freedesktop.DBus.Mock.\(method)"] + args, environment: env)
+        let (rc, _, err) = try bus.gdbus("call", ["--dest", name, "--object-path", path, "--method", "org.freedesktop.DBus.Mock.\(method)"] + args)
         try #require(rc == 0, "\(method): \(err)")
     }
 }

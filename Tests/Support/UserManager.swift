@@ -46,10 +46,12 @@ public final class UserManager {
         p.kill()
     """
 
-    public init() throws {
-        runtimeDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-user-manager-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: runtimeDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        launcher = try Child("/usr/bin/python3", ["-c", UserManager.script, runtimeDirectory.path],
+    /// `runtimeDirectory`: a directory of the test's (a manager stopped and started again in the same place, as the
+    /// user's is); by default one of its own.
+    public init(runtimeDirectory: URL? = nil) throws {
+        self.runtimeDirectory = runtimeDirectory ?? FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-user-manager-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: self.runtimeDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        launcher = try Child("/usr/bin/python3", ["-c", UserManager.script, self.runtimeDirectory.path],
                              environment: Child.environment(["LD_PRELOAD": nil]))
         guard let line = launcher.line(within: 40), line.hasPrefix("ready"), let pid = Int32(line.split(separator: " ").last ?? "") else {
             launcher.stop()
