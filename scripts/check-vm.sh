@@ -84,8 +84,9 @@ suite() {
   # --- 3: a capped background task yields to the user's work (two hogs in app.slice), and gets its cap alone
   power battery >/dev/null
   g 'bgtask submit --id heavy --cpu-heavy -- sh -c "while :; do :; done"' >/dev/null
-  until_guest 30 'systemctl --user show -p CPUQuotaPerSecUSec "bgtask-heavy-*" | grep -q "=250ms"' >/dev/null
-  alone=$(step share heavy)
+  # Under emulation on a busy host the unit and its quota can take a while; what the guest said is kept for the check.
+  until_guest 90 'systemctl --user show -p CPUQuotaPerSecUSec "bgtask-heavy-*" | grep -q "=250ms"' >/dev/null
+  alone=$(step share heavy 2>&1)
   # Both hogs must be running for the second figure to mean anything; their own shares are shown beside it.
   step hogs start >/dev/null 2>&1 || step hogs start
   read -r busy hog1 hog2 <<< "$(step shares heavy)"
@@ -94,7 +95,8 @@ suite() {
   g 'bgtask cancel heavy' >/dev/null 2>&1
   echo "# CPU of a task capped at 25 %: alone ${alone:-?} %, beside two hogs in app.slice ${busy:-?} % (the hogs: ${hog1:-?} % and ${hog2:-?} %)"
   echo "# $weights"
-  check "a capped background task gets its cap alone (20-30 %)" test "${alone:-0}" -ge 20 -a "${alone:-0}" -le 30
+  check "a capped background task gets its cap alone (20-30 %)" \
+    sh -c 'echo "alone: $1"; test "$1" -ge 20 -a "$1" -le 30' - "${alone:-0}"
   check "beside two hogs in app.slice it gets at most 5 %" \
     sh -c 'echo "task $1 %, hogs $2 % and $3 %; $4"; test "$1" -le 5' - "${busy:-100}" "${hog1:-?}" "${hog2:-?}" "$weights"
   power ac >/dev/null

@@ -410,10 +410,14 @@ extension UmockdevIntegrationTests {
         let (p, tb, logind, d) = try onTheChargerWithLogind()
         _ = tb
         let done = p.dir.appendingPathComponent("handled")
+        // The sleep comes only once the trap is set: a SIGTERM before it would end the shell at once (as it did
+        // under a loaded machine, when the test did not wait for the trap).
+        let ready = try ReadyFIFO(in: p.dir)
         // Its handler takes 1.5 s, as an app's expiration handler may (the shipped grace is 10 s, logind's delay 5 s).
-        let handler = "trap 'sleep 1.5; date +%s.%N > \(done.path); exit 0' TERM; echo ready; while :; do sleep 0.1; done"
+        let handler = "trap 'sleep 1.5; date +%s.%N > \(done.path); exit 0' TERM; echo > \(ready.path); while :; do sleep 0.1; done"
         #expect(try d.bgtask(["submit", "--id", "feed", "--kind", "refresh", "--", "sh", "-c", handler]).0 == 0)
         _ = try #require(d.said("feed: started"), "\(d.daemon?.stderr ?? "")")
+        #expect(ready.wait(within: 20), "the task never set its trap: \(d.daemon?.stderr ?? "")")
         try logind.call("org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock.EmitSignal",
                         ["org.freedesktop.login1.Manager", "PrepareForSleep", "b", "[<true>]"])
         _ = try #require(d.said("delay locks released", within: 10), "\(d.daemon?.stderr ?? "")")

@@ -37,6 +37,15 @@ t = os.times()
 print(f"{(t.user + t.system) / float(sys.argv[1]):.3f}")
 """
 
+/// Seconds every CPU of the machine has spent idle since boot, added up (the `cpu` line of /proc/stat).
+func idleSeconds() -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+          let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return 0 }
+    let f = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+    // idle and iowait, in USER_HZ ticks (100 a second on Linux, whatever the kernel's HZ).
+    return f.count > 4 ? (f[3] + f[4]) / 100 : 0
+}
+
 /// Which CPU-cap mechanisms this machine offers to this process.
 var capMechanisms: [String] {
     var m = ["signals"]
@@ -147,16 +156,26 @@ extension UmockdevIntegrationTests {
     func cpuMonitorMarksHeavyWork() throws {
         try requirePreload()
         let p = try PolicyEnv()
+        // User-initiated, so the loop runs at normal priority: background work is SCHED_IDLE, and on a machine
+        // busy with other tests it may get too little CPU to be measured heavy (rightly). The shipped rule leaves
+        // user-initiated work alone, so the same rule without that term stands in for it.
+        try p.userPolicy("50-heavy.toml", """
+        [[rule]]
+        id = "heavy.any-on-battery"
+        when = 'task.cpu_heavy && power.external == false'
+        verdict = "throttle"
+        cpu_percent = 25
+        """)
         let tb = Testbed()
         tb.addLaptop(acOnline: false)
-        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--id", "hog", "--", "sh", "-c", "while :; do :; done"],
+        let run = try Child(Child.bgtaskPath, ["run", "--no-dbus", "--user-initiated", "--id", "hog", "--", "sh", "-c", "while :; do :; done"],
                             environment: p.environment(preload: true))
         defer { run.stop() }
         _ = try #require(run.errorLine(within: 10) { $0.contains("started") }, "\(run.stderr)")
-        let measured = try #require(run.errorLine(within: 5) { $0.contains("measured CPU-heavy") }, "\(run.stderr)")
+        let measured = try #require(run.errorLine(within: 15) { $0.contains("measured CPU-heavy") }, "\(run.stderr)")
         #expect(measured.contains("% of a CPU on battery"))
         let throttled = try #require(run.errorLine(within: 3) { $0.contains("throttled to 25%") }, "\(run.stderr)")
-        #expect(throttled.contains("rule heavy.on-battery ("))
+        #expect(throttled.contains("rule heavy.any-on-battery ("), "\(throttled)")
     }
 
     @Test("SIGKILL of bgtask while its child is paused: the next invocation records it, and the policy still says pause, so the command is stopped, not left frozen",
@@ -263,13 +282,22 @@ struct RunCommandTests {
         try p.userPolicy("50-cap.toml", "[[rule]]\nid = \"cap\"\nwhen = 'task.cpu_heavy'\nverdict = \"throttle\"\ncpu_percent = 25\n")
         let script = p.dir.appendingPathComponent("busy.py").path
         try busyLoop.write(toFile: script, atomically: true, encoding: .utf8)
+        // The ceiling is the cap and holds whatever else runs. The floor says the cap is not a pause, and means
+        // something only where a CPU was there to take: on a machine busy with other tests (group scheduling gives
+        // a cgroup one share beside every other runnable task) the loop may rightly get less. So the floor is
+        // checked when the machine had at least half a CPU idle over the run, by /proc/stat.
+        let idleBefore = idleSeconds(), t0 = Date()
         // User-initiated: normal priority, so the cap is what is measured, not SCHED_IDLE under a busy CI.
         let (rc, out, err) = try Child.run(Child.bgtaskPath, ["run", "--cpu-heavy", "--user-initiated", "--id", "busy", "--", "python3", script, "4"],
                                            environment: p.environment(preload: false, ["BGTASK_CAP_MECHANISM": mechanism]))
+        let idleCPUs = (idleSeconds() - idleBefore) / Date().timeIntervalSince(t0)
         #expect(rc == 0, "\(err)")
         #expect(err.contains(mechanism == "cgroup" ? "cgroup v1 cpu quota" : "SIGSTOP/SIGCONT"))
         let share = try #require(Double(out.trimmingCharacters(in: .whitespacesAndNewlines)))
-        #expect(share >= 0.20 && share <= 0.30, "\(mechanism): got \(share)")
+        #expect(share <= 0.30, "\(mechanism): got \(share)")
+        if idleCPUs >= 0.5 {
+            #expect(share >= 0.20, "\(mechanism): got \(share) with \(idleCPUs) CPUs idle beside it")
+        }
     }
 
     @Test("background work in a cgroup gets the lowest CPU weight (it yields like SCHED_IDLE work); user-initiated work the default",

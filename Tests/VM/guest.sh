@@ -23,8 +23,13 @@ case $step in
     s=$(sudo journalctl -k -o short-unix --no-pager -g "PM: suspend entry" | tail -n 1 | cut -d" " -f1)
     echo "handler done at $h, suspend entry at $s"
     [ -n "$s" ] && python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) < float(sys.argv[2]) else 1)' "$h" "$s" ;;
-  share)          # share ID: percent of a CPU task ID's unit used over 10 s
-    u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '{print $1; exit}')
+  share)          # share ID: percent of a CPU task ID's unit used over 10 s (the unit waited for, 60 s at most)
+    for i in $(seq 300); do
+      u=$(systemctl --user list-units --no-legend --plain "bgtask-$2-*" | awk '{print $1; exit}')
+      [ -n "$u" ] && break
+      sleep 0.2
+    done
+    [ -n "$u" ] || { echo "no unit of task $2" >&2; exit 1; }
     a=$(systemctl --user show -p CPUUsageNSec --value "$u"); sleep 10
     b=$(systemctl --user show -p CPUUsageNSec --value "$u")
     echo $(( (b - a) / 100000000 )) ;;
