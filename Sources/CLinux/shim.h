@@ -12,6 +12,8 @@
 #include <signal.h>
 #include <sched.h>
 #include <spawn.h>
+#include <sys/stat.h>
+#include <stdio.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/resource.h>
@@ -94,11 +96,70 @@ static inline int bgt_signalfd_read(int fd) {
     return n == (ssize_t)sizeof si ? (int)si.ssi_signo : 0;
 }
 
-/* Spawns argv[0] (searched in PATH) in a new process group with the signal mask and dispositions
- * reset; with idle != 0, then moved to the SCHED_IDLE class (glibc's posix_spawnattr_setschedpolicy
- * accepts only OTHER, FIFO and RR, so the parent sets it right after the spawn). Returns the pid or -errno. */
+/* Where execvp would find `file` on the colon-separated `path_list` (NULL: glibc's default), for a child whose
+ * working directory is `base` (NULL: this process's), into `buf`: 0, or the errno an exec would fail with (ENOENT:
+ * nowhere; EACCES: found, not executable). No chdir: the caller may have threads. */
+static inline int bgt_which(const char *file, const char *path_list, const char *base, char *buf, size_t size) {
+    if (*file == 0) return ENOENT;
+    if (path_list == NULL) path_list = "/bin:/usr/bin";
+    int has_slash = strchr(file, '/') != NULL, denied = 0;
+    for (const char *p = has_slash ? "" : path_list;;) {
+        const char *end = has_slash ? NULL : strchr(p, ':');
+        int len = end != NULL ? (int)(end - p) : (int)strlen(p);
+        /* An empty element is the working directory, as for execvp; a relative one is relative to it. */
+        const char *dir = len > 0 ? p : ".";
+        int dlen = len > 0 ? len : 1;
+        int w = has_slash
+            ? (file[0] == '/' || base == NULL ? snprintf(buf, size, "%s", file) : snprintf(buf, size, "%s/%s", base, file))
+            : (dir[0] == '/' || base == NULL ? snprintf(buf, size, "%.*s/%s", dlen, dir, file)
+                                             : snprintf(buf, size, "%s/%.*s/%s", base, dlen, dir, file));
+        if (w < (int)size) {
+            struct stat st;
+            if (stat(buf, &st) == 0 && !S_ISDIR(st.st_mode)) {
+                if (access(buf, X_OK) == 0) return 0;
+                denied = 1;
+            } else if (has_slash) {
+                return stat(buf, &st) == 0 ? EACCES : errno;
+            }
+        } else if (has_slash) {
+            return ENAMETOOLONG;
+        }
+        if (end == NULL) break;
+        p = end + 1;
+    }
+    return denied ? EACCES : ENOENT;
+}
+
+/* Spawns argv[0] (searched in the PATH of envp, as the shell that runs it will) in a new process group with the
+ * signal mask and dispositions reset; with idle != 0, then moved to the SCHED_IDLE class (glibc's
+ * posix_spawnattr_setschedpolicy accepts only OTHER, FIFO and RR, so the parent sets it right after the spawn).
+ * Returns the pid or -errno.
+ *
+ * The command is started through /bin/sh, which runs it only if its parent is still the spawning process: a
+ * spawner killed while its child is between clone and exec (glibc's vfork child, which still shows the spawner's
+ * environment, not the task's run token) would otherwise leave a command running that nothing knows of — the
+ * crash recovery finds a task's processes by that token. After the shell's exec the token is in its environment,
+ * so a spawner that dies after the check is found out by its recovery; one that died before it fails the check. */
 /* out_fd >= 0: the child's stdout and stderr (and stdin from /dev/null); dir: its working directory. */
 static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle, int out_fd, const char *dir) {
+    const char *path_list = NULL;
+    for (char *const *e = envp; *e != NULL; e++) if (strncmp(*e, "PATH=", 5) == 0) { path_list = *e + 5; break; }
+    char found[4096];
+    int missing = bgt_which(argv[0], path_list, dir, found, sizeof found);
+    if (missing != 0) return -missing;
+    int n = 0;
+    while (argv[n] != NULL) n++;
+    char ppid[24];
+    snprintf(ppid, sizeof ppid, "%ld", (long)getpid());
+    char *guarded[n + 5];
+    int guard = access("/bin/sh", X_OK) == 0;
+    if (guard) {
+        guarded[0] = "/bin/sh";
+        guarded[1] = "-c";
+        guarded[2] = "[ \"$PPID\" = \"$0\" ] && exec \"$@\"";
+        guarded[3] = ppid;
+        for (int i = 0; i <= n; i++) guarded[4 + i] = argv[i];
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     if (out_fd >= 0) {
@@ -119,7 +180,8 @@ static inline pid_t bgt_spawn(char *const argv[], char *const envp[], int idle, 
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid = -1;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp);
+    int rc = guard ? posix_spawn(&pid, guarded[0], &fa, &attr, guarded, envp)
+                   : posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) return -rc;
