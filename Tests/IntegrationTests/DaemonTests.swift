@@ -55,12 +55,14 @@ final class SessionDaemon {
     }
 
     /// The next line of the daemon's stderr that contains `text` (bounded).
-    func said(_ text: String, within seconds: Double = 10) -> String? {
+    /// 30 s by default: generous for a machine busy with the rest of the suite (a python app's start under a load of
+    /// 8 took over 10); a test that passes waits only as long as the line takes.
+    func said(_ text: String, within seconds: Double = 30) -> String? {
         daemon?.errorLine(within: seconds) { $0.contains(text) }
     }
 
     /// The next line about task `id` after its "submitted": what became of it (waiting, started, not started).
-    func saidOf(_ id: String, within seconds: Double = 10) -> String? {
+    func saidOf(_ id: String, within seconds: Double = 30) -> String? {
         daemon?.errorLine(within: seconds) { $0.contains("\(id): ") && !$0.contains("\(id): submitted") }
     }
 
