@@ -140,6 +140,7 @@ extension QueueDriver {
         // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
         o.runID = QueueDriver.runID(of: row)
         o.earliest = row.earliest.map { mono + ($0 - wall) }
+        o.earliestCause = QueueDriver.earliestCause(row)
         o.workingDirectory = row.directory
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
         o.pauseExpires = row.isAppTask

@@ -360,14 +360,20 @@ extension Policy {
         }
         if frame.task[t.inWindow] == .bool(false) {
             let window = frame.task[t.window].description
-            let opens = ClockWindow(window).map { w in
-                let d = w.untilChange(from: time)
-                return "; it opens in \(formatDuration(d.rounded(.up)))"
-            } ?? ""
-            out.append(UnmetRequirement(flag: "task.in_window", reason: "outside its window \(window)\(opens)",
+            out.append(UnmetRequirement(flag: "task.in_window", reason: Policy.windowReason(window, time: time),
                                         readings: [r("task.window"), r("time.of_day")]))
         }
         return out
+    }
+
+    /// What a task outside its `--between` window is told at `time`: "outside its window 01:00-06:00; it opens in 1h".
+    /// A countdown: a listing makes it anew from the time it lists at, not from the time of the decision.
+    public static func windowReason(_ window: String, time: TimeFields) -> String {
+        let opens = ClockWindow(window).map { w in
+            let d = w.untilChange(from: time)
+            return "; it opens in \(formatDuration(d.rounded(.up)))"
+        } ?? ""
+        return "outside its window \(window)\(opens)"
     }
 
     /// A rule kept in effect by its hold after its condition cleared: what changed, and when it lets go.
