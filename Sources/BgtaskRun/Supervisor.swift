@@ -379,7 +379,7 @@ public final class Supervisor {
             let text: String
             switch machine.startBlock {
             // Not "the policy would run it now": read an hour before the date, that sounded like "it runs now".
-            case .earliest(let e)?: text = "not before \(untilText(wallClockNow() + (e - now))) (its earliest begin date); no rule holds it back"
+            case .earliest(let e)?: text = "not before \(untilText(wallClockNow() + (e - now))) (\(options.earliestCause)); no rule holds it back"
             case .noSlot(let why)?: text = "\(why); no rule holds it back"
             case nil: text = explain(d)
             }

@@ -124,5 +124,8 @@ extension UmockdevIntegrationTests {
         #expect(entry["next_run"] as? Double == backoff, "\(entry)")
         #expect((entry["reason"] as? String)?.contains("its retry backoff: retry 1 of 2") == true, "\(entry)")
         #expect((entry["reason"] as? String)?.contains("earliest begin date") == false, "\(entry)")
+        // What the audit trail keeps of the wait names it too.
+        let (ws, why, _) = try d.bgtask(["why", "flaky"])
+        #expect(ws == 0 && why.contains("its retry backoff: retry 1 of 2") && !why.contains("earliest begin date"), "\(why)")
     }
 }
