@@ -45,6 +45,9 @@ public struct NextRun {
             else if timed.contains(m.ruleID) { known = true }
         }
         guard known else { return nil }
+        // No rule of the clock and no window: nothing to ask at later instants (a listing of 100,000 dated tasks
+        // makes no evaluator for them).
+        if timed.count == 1 && task.window == nil { return floor }
         let dep = policy.time
         // A rule of the clock that blocks at `t`, the readings as now (its hold aside: a rule that begins to match
         // takes its hold_on first, which only delays it).

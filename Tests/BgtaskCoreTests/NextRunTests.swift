@@ -62,6 +62,9 @@ struct NextRunTests {
         let both = try make(requiresPower: true)
         #expect(both.next(now: now, earliest: twoAM) == twoAM, "two blockers, one of known end: its end, not `-`")
         #expect(both.next(now: now) == nil, "the charger alone: no known time")
+        var bare = Case(policy: Policy.merge([]))
+        bare.task.requiresExternalPower = true
+        #expect(bare.next(now: now, earliest: twoAM) == twoAM, "no rule of the clock: the date, asked of nothing else")
     }
 
     @Test("a rule of the clock ends when the clock says; a date inside it gives way to the rule's end")
