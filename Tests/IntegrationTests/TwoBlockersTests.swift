@@ -72,6 +72,9 @@ extension UmockdevIntegrationTests {
         #expect(both["network.required"] == "waiting for the network", "\(both)")
         let (ls, long, _) = try d.bgtask(["pending", "--long"])
         #expect(ls == 0 && long.contains("rule processing.needs-power") && long.contains("rule network.required"), "\(long)")
+        let (ws, why, _) = try d.bgtask(["why", "sync"])
+        let next = why.split(separator: "\n").first { $0.hasPrefix("Next: ") } ?? ""
+        #expect(ws == 0 && next.contains("held until") && next.contains("waiting for the network") && next.contains("could run from"), "\(why)")
 
         // The hold ends 6 s after the plug, on its own clock: only the network holds the task then.
         var left: [String: String] = [:]
