@@ -73,10 +73,12 @@ public struct NextRun {
             return c.filter { $0 > t }.min()
         }
         var t = floor
-        // A bound on the steps as well as on the span: a rule read in a way that cannot be foreseen is asked each minute.
-        for _ in 0..<20_000 {
+        // A bound on the steps as well as on the span: a rule read in a way that cannot be foreseen is asked each
+        // minute, for a day at most (a listing asks this of each task it lists).
+        let span = dep.opaque ? min(horizon, 86_400) : horizon
+        for _ in 0..<2_000 {
             if !blocked(at: t) { return t }
-            guard let n = next(after: t), n - now <= horizon else { return nil }
+            guard let n = next(after: t), n - floor <= span else { return nil }
             t = abs(n - n.rounded()) < 0.01 ? n.rounded() : n
         }
         return nil
