@@ -240,7 +240,13 @@ extension QueueDriver {
         }
         // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule), and
         // when it could run at the earliest (what `pending` shows as NEXT).
-        if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - told.mono) }
+        if let n = e.awake?.nextDeadline {
+            var check = wall + (n - told.mono)
+            // Its earliest date itself, not that date's round trip through the monotonic clock (a microsecond
+            // before it: "tomorrow 01:59:59" for a --at 02:00).
+            if let at = row.earliest, abs(check - at) < 0.01 { check = at }
+            t.nextCheck = check
+        }
         t.nextRun = nextRun
         return t
     }

@@ -122,6 +122,7 @@ extension UmockdevIntegrationTests {
         let entry = try submitted(d, "flaky", ["--retry", "2", "--", "false"], said: "flaky: failed (status 1); retry 1 of 2")
         let backoff = try #require(entry["earliest"] as? Double, "\(entry)")
         #expect(entry["next_run"] as? Double == backoff, "\(entry)")
+        #expect(entry["next_check"] as? Double == backoff, "looked at again at the date itself, not a microsecond before: \(entry)")
         #expect((entry["reason"] as? String)?.contains("its retry backoff: retry 1 of 2") == true, "\(entry)")
         #expect((entry["reason"] as? String)?.contains("earliest begin date") == false, "\(entry)")
         // What the audit trail keeps of the wait names it too.
