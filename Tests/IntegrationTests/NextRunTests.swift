@@ -125,6 +125,8 @@ extension UmockdevIntegrationTests {
         #expect(entry["next_check"] as? Double == backoff, "looked at again at the date itself, not a microsecond before: \(entry)")
         #expect((entry["reason"] as? String)?.contains("its retry backoff: retry 1 of 2") == true, "\(entry)")
         #expect((entry["reason"] as? String)?.contains("earliest begin date") == false, "\(entry)")
+        // No countdown frozen into WHY at the decision: LEFT tells how far off, made when it is shown.
+        #expect((entry["reason"] as? String)?.contains(", in ") == false, "\(entry)")
         // What the audit trail keeps of the wait names it too.
         let (ws, why, _) = try d.bgtask(["why", "flaky"])
         #expect(ws == 0 && why.contains("its retry backoff: retry 1 of 2") && !why.contains("earliest begin date"), "\(why)")
