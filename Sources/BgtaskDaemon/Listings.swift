@@ -197,7 +197,8 @@ extension QueueDriver {
             }
             // Its earliest date by its cause (the calendar event, the retry's backoff …), the countdown left to LEFT.
             if case .earliest(let at)? = s.machine.startBlock {
-                reason = "not before \(clockText(wall + (at - told.mono), now: wall)) (\(QueueDriver.earliestCause(row))); no rule holds it back"
+                // The row's date itself where it has one: through the monotonic clock and back it may read a second early.
+                reason = "not before \(clockText(row.earliest ?? wall + (at - told.mono), now: wall)) (\(QueueDriver.earliestCause(row))); no rule holds it back"
             }
             unmet = self.unmet(row, matches, slot: slot, wall: wall)
             // Holds on the monotonic clock, told on the wall clock.
