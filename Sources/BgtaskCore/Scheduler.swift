@@ -164,9 +164,13 @@ public struct Scheduler<Item, Rest: RestState> {
         }
     }
 
+    /// A group rests on its class and on its standing: the verdict and every rule and requirement that matched
+    /// (`Standing`), so that a rule behind the deciding one that stops matching (the charger plugged while the
+    /// network is down) wakes the group and its hold starts from that change, not from the deciding rule's.
     struct RestKey: Hashable {
         var rest: RestClass
-        var verdict: Verdict
+        var standing: Standing
+        var verdict: Verdict { standing.verdict }
     }
 
     /// `day` is the local day (days since the epoch, local time) whose battery use `usage` is; `now` the
@@ -378,8 +382,15 @@ public struct Scheduler<Item, Rest: RestState> {
     /// such group and no room for one (`maxGroups`). (The caller decides that it may rest: no rule reads its identity.)
     @discardableResult
     public mutating func rest(_ id: String, verdict: Verdict, rest: Rest) -> Item? {
+        self.rest(id, standing: Standing(verdict: verdict), rest: rest)
+    }
+
+    /// The same, on a standing (its verdict and what matched): the group wakes when the standing of its class
+    /// changes (`wake(standing:)`).
+    @discardableResult
+    public mutating func rest(_ id: String, standing: Standing, rest: Rest) -> Item? {
         guard let job = awakeJobs[id] else { return nil }
-        let key = RestKey(rest: RestClass(job.fields), verdict: verdict)
+        let key = RestKey(rest: RestClass(job.fields), standing: standing)
         var g = groups.firstIndex { $0.key == key && $0.app == job.app && rest.sharesGroup(with: $0.rest) }
         if let i = g {
             groups[i].rest = rest
@@ -417,16 +428,22 @@ public struct Scheduler<Item, Rest: RestState> {
     /// one it rests on wakes. Returns its tasks, taken out of the queue's books: the caller `add`s each again with a
     /// supervisor that takes up its rest and decides in full.
     public mutating func wake(verdict: (TaskFields) -> Verdict) -> [Woken] {
-        var now: [RestClass: Verdict] = [:]
+        wake(standing: { Standing(verdict: verdict($0)) })
+    }
+
+    /// The conditions changed: every resting group whose class's standing (`standing`, asked once per class: the
+    /// verdict and every rule and requirement that matches) is not the one it rests on wakes, as `wake(verdict:)`.
+    public mutating func wake(standing: (TaskFields) -> Standing) -> [Woken] {
+        var now: [RestClass: Standing] = [:]
         var woken: [Woken] = []
         var counted: [(app: String?, kind: TaskKind, n: Int)] = []
         groups.removeAll { g in
-            let v: Verdict
+            let v: Standing
             if let known = now[g.key.rest] { v = known } else {
-                v = verdict(g.fields)
+                v = standing(g.fields)
                 now[g.key.rest] = v
             }
-            guard v != g.key.verdict else { return false }
+            guard v != g.key.standing else { return false }
             woken.reserveCapacity(woken.count + g.ids.count)
             let origin = g.origin()
             for (id, t) in g.ids { woken.append(Woken(origin: origin, id: id, submitted: t)) }

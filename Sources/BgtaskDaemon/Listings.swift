@@ -104,6 +104,8 @@ extension QueueDriver {
     struct Told {
         let wall: Double, mono: Double
         let evaluator: Policy.Evaluator?
+        /// When a task could run at the earliest (`next_run`), under the readings as they are now.
+        let nextRun: NextRun?
         var likely = LikelyCache()
         var groups: [Int: Group] = [:]
         var command: (argv: String, words: [String])?
@@ -113,12 +115,16 @@ extension QueueDriver {
             var rest: Supervisor.Rest?
             /// What its tasks do not meet when no earliest date of their own is still ahead.
             var unmet: [[String: BusValue]]
+            /// When its tasks could run, when no earliest date of their own is still ahead.
+            var nextRun: Double?
         }
 
         init(_ d: QueueDriver) {
             wall = wallClockNow()
             mono = monotonic()
             evaluator = d.evaluator()
+            let now = wall
+            nextRun = d.conditions.map { NextRun(policy: d.policy, conditions: $0, now: now, time: { localTime($0) }) }
         }
 
         /// The command of `row`, decoded once for a run of tasks with the same one (a batch submitted together).
@@ -172,15 +178,33 @@ extension QueueDriver {
     func pendingTask(_ e: Listed, _ told: inout Told) -> PendingTask? {
         let row = e.row
         let wall = told.wall
-        let reason: String, rule: (id: String, location: String)?, unmet: [[String: BusValue]]
+        var reason: String, rule: (id: String, location: String)?, unmet: [[String: BusValue]]
+        var nextRun: Double?
+        var fields = row.fields
+        fields.waited = max(0, wall - row.submitted)
         if let s = e.awake {
             guard s.machine.phase == .waiting else { return nil }
             reason = s.waitingReason
             rule = s.waitingRule
             var slot: String?
             if case .noSlot(let why)? = s.machine.startBlock { slot = why }
-            let matches = s.machine.lastDecision?.matches ?? told.evaluator?.decideNow(row.fields).matches ?? []
+            var matches = s.machine.lastDecision?.matches ?? told.evaluator?.decideNow(row.fields).matches ?? []
+            // Countdowns made now, not at the decision: a window's "it opens in 5h" said at 20:00 is wrong at 23:00.
+            if let w = row.window, let i = matches.firstIndex(where: { $0.ruleID == "task.in_window" }) {
+                let fresh = Policy.windowReason(w, time: localTime(wall))
+                reason = reason.replacingOccurrences(of: matches[i].reason, with: fresh)
+                matches[i].reason = fresh
+            }
+            // Its earliest date by its cause (the calendar event, the retry's backoff …), the countdown left to LEFT.
+            if case .earliest(let at)? = s.machine.startBlock {
+                // The row's date itself where it has one: through the monotonic clock and back it may read a second early.
+                reason = "not before \(clockText(row.earliest ?? wall + (at - told.mono), now: wall)) (\(QueueDriver.earliestCause(row))); no rule holds it back"
+            }
             unmet = self.unmet(row, matches, slot: slot, wall: wall)
+            // Holds on the monotonic clock, told on the wall clock.
+            var holds: [String: Double] = [:]
+            for m in matches { if let h = m.heldUntil { holds[m.ruleID] = wall + (h - told.mono) } }
+            nextRun = told.nextRun?.earliest(task: fields, blocking: matches, holds: holds, earliest: row.earliest)
         } else {
             // A resting task's last decision is its group's rest's: no decision made per task listed, and what the
             // group does not meet made once, one list shared by its tasks.
@@ -188,15 +212,20 @@ extension QueueDriver {
             if told.groups[g] == nil {
                 let rest = queue.rest(ofGroup: g)
                 let matches = rest?.decision.matches ?? told.evaluator?.decideNow(row.fields).matches ?? []
-                told.groups[g] = Told.Group(rest: rest, unmet: self.unmet(nil, matches, slot: rest?.slot, wall: wall))
+                // A group rests with no hold running, and no rule its tasks' age decides (what tells them apart).
+                told.groups[g] = Told.Group(rest: rest, unmet: self.unmet(nil, matches, slot: rest?.slot, wall: wall),
+                                            nextRun: told.nextRun?.earliest(task: fields, blocking: matches, holds: [:], earliest: nil))
             }
             let group = told.groups[g]!
             reason = group.rest?.reason ?? ""
             rule = group.rest?.rule
             if let t = row.earliest, t > wall {
-                unmet = self.unmet(row, group.rest?.decision.matches ?? [], slot: group.rest?.slot, wall: wall)
+                let matches = group.rest?.decision.matches ?? []
+                unmet = self.unmet(row, matches, slot: group.rest?.slot, wall: wall)
+                nextRun = told.nextRun?.earliest(task: fields, blocking: matches, holds: [:], earliest: t)
             } else {
                 unmet = group.unmet
+                nextRun = group.nextRun
             }
         }
         var t = PendingTask(id: row.id, app: row.app, kind: row.kind.rawValue, command: told.words(row), submitted: row.submitted,
@@ -210,9 +239,26 @@ extension QueueDriver {
             t.likely = l.text
             t.likelyStart = l.at
         }
-        // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule).
-        if let n = e.awake?.nextDeadline { t.nextCheck = wall + (n - told.mono) }
+        // When it will next be looked at without any condition changing (a hold, the earliest date, a time rule), and
+        // when it could run at the earliest (what `pending` shows as NEXT).
+        if let n = e.awake?.nextDeadline {
+            var check = wall + (n - told.mono)
+            // Its earliest date itself, not that date's round trip through the monotonic clock (a microsecond
+            // before it: "tomorrow 01:59:59" for a --at 02:00).
+            if let at = row.earliest, abs(check - at) < 0.01 { check = at }
+            t.nextCheck = check
+        }
+        t.nextRun = nextRun
         return t
+    }
+
+    /// What set a task's earliest date, in the words its wait is told with: not Apple's "earliest begin date" for a
+    /// calendar event, a period or a retry's backoff.
+    static func earliestCause(_ row: QueuedTask) -> String {
+        if row.failures > 0 { return "its retry backoff: retry \(row.failures) of \(row.retry)" }
+        if let c = row.calendar { return "its calendar event '\(c)'" }
+        if let e = row.every { return "its next period, every \(formatDuration(e))" }
+        return row.isAppTask ? "its earliest begin date" : "its start time, --at or --earliest"
     }
 
     /// Everything that keeps a waiting task from starting now, not only what decided (dumpsys's "unsatisfied
@@ -225,8 +271,7 @@ extension QueueDriver {
                         "reason": .string(m.reason)])
         }
         if let row, let t = row.earliest, t > wall {
-            let why = row.calendar.map { "its calendar event '\($0)'" } ?? (row.every != nil ? "its next period" : "its earliest begin date")
-            out.append(["what": .string("earliest"), "reason": .string("not before \(untilText(t, now: wall)) (\(why))")])
+            out.append(["what": .string("earliest"), "reason": .string("not before \(clockText(t, now: wall)) (\(QueueDriver.earliestCause(row)))")])
         }
         if let slot { out.append(["what": .string("slot"), "reason": .string(slot)]) }
         return out

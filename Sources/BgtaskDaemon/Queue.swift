@@ -140,6 +140,7 @@ extension QueueDriver {
         // One run id from submission to the end, across daemon restarts: `why` tells the whole wait.
         o.runID = QueueDriver.runID(of: row)
         o.earliest = row.earliest.map { mono + ($0 - wall) }
+        o.earliestCause = QueueDriver.earliestCause(row)
         o.workingDirectory = row.directory
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
         o.pauseExpires = row.isAppTask
@@ -171,7 +172,7 @@ extension QueueDriver {
     @discardableResult
     func rest(_ e: Entry) -> Bool {
         let groups = queue.groupsMade
-        guard let r = e.supervisor.rest, queue.rest(e.id, verdict: r.verdict, rest: r) != nil else { return false }
+        guard let r = e.supervisor.rest, queue.rest(e.id, standing: r.decision.standing, rest: r) != nil else { return false }
         // Only a new group can change whether resting tasks need the zones read: a task joining its group (each
         // Submit of work like the rest) leaves the answer as it was, and asking again cost a Submit a tenth of its CPU.
         if queue.groupsMade != groups { rounds.newlyResting = true }
@@ -189,8 +190,10 @@ extension QueueDriver {
         guard let c = conditions else { queue.account(now: now, day: localDay()); return }
         queue.setOnBattery(c["power.external"] == .bool(false), now: now, day: localDay())
         let shared = Policy.Evaluator(policy: policy, conditions: c, time: localTime())
-        // Resting groups whose class's fast verdict has not changed stay at rest; the rest is decided in full.
-        let woken = queue.wake { shared.verdict($0) }
+        // Resting groups whose class's standing (verdict, and every rule that matches) has not changed stay at rest;
+        // the rest is decided in full. Not the verdict alone: a rule behind the deciding one that stops matching (the
+        // charger plugged while the network is down) must start its hold now, and stop being told.
+        let woken = queue.wake { shared.standing($0) }
         for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
         // The awake and the woken in submission order, the order in which they may take a slot. A woken task is its
         // index in `woken` (-1: an awake one): no dictionary of them is made on the way to the first start.

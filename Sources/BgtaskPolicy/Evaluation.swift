@@ -6,6 +6,38 @@ public struct RuleHold: Sendable, Equatable, Codable {
 
 public typealias HoldState = [String: RuleHold]
 
+/// Which of a policy's rules match a task's conditions as read now, holds aside (bit `i`: `policy.rules[i]`), and
+/// which of the task's own requirements are unmet (the bits after the rules'). Two evaluations with equal bits
+/// decide alike and tell alike; a rule that begins or stops matching changes them even when the verdict stays, so
+/// the hold of a rule behind another blocking rule starts from its own change.
+public struct RuleBits: Sendable, Hashable {
+    var low: UInt64 = 0
+    var high: [UInt64] = []
+    public init() {}
+    public mutating func insert(_ i: Int) {
+        if i < 64 { low |= 1 << UInt64(i); return }
+        let w = i / 64 - 1
+        while high.count <= w { high.append(0) }
+        high[w] |= 1 << UInt64(i % 64)
+    }
+    public func contains(_ i: Int) -> Bool {
+        if i < 64 { return low & (1 << UInt64(i)) != 0 }
+        let w = i / 64 - 1
+        return w < high.count && high[w] & (1 << UInt64(i % 64)) != 0
+    }
+}
+
+/// What a task's conditions say of it, holds aside: the verdict and every rule and requirement that matches.
+/// bgtaskd's resting tasks rest on it, and wake when it changes (not only when the verdict does).
+public struct Standing: Sendable, Hashable {
+    public var verdict: Verdict
+    public var matched: RuleBits
+    public init(verdict: Verdict, matched: RuleBits = RuleBits()) {
+        self.verdict = verdict
+        self.matched = matched
+    }
+}
+
 /// A rule in effect, with the reason filled in and the readings it looked at.
 public struct Match: Sendable, Equatable {
     public var ruleID: String
@@ -59,6 +91,10 @@ public struct Decision: Sendable, Equatable {
     public var pending: [PendingChange]
     /// When to evaluate again even if nothing else changes (the earliest pending hold).
     public var nextChangeAt: Double? { pending.map(\.at).min() }
+    /// The rules and requirements whose conditions matched, holds aside (`Standing`).
+    public var matched = RuleBits()
+    /// The verdict and what matched: with no hold pending, what the conditions say of the task.
+    public var standing: Standing { Standing(verdict: verdict, matched: matched) }
 
     public init(verdict: Verdict, cpuPercent: Int?, grace: Double?, matches: [Match], pending: [PendingChange]) {
         self.verdict = verdict
@@ -114,8 +150,10 @@ extension Policy {
             var active: [Rule] = []
             var pending: [PendingChange] = []
             var held: [String: Double] = [:]
-            for rule in policy.rules {
+            var matched = policy.requirementBits(task, frame, filled: true)
+            for (i, rule) in policy.rules.enumerated() {
                 let raw = Policy.matches(rule, frame)
+                if raw { matched.insert(i) }
                 // A rule without holds follows its condition at once: no state to keep (a daemon keeps one of
                 // these dictionaries per waiting task).
                 if rule.holdOn == 0 && rule.holdOff == 0 {
@@ -141,8 +179,9 @@ extension Policy {
                 if h.active { active.append(rule) }
             }
             if let last = lastHold, last == hold { hold = last } else { lastHold = hold }
-            let d = policy.decision(active: active, pending: pending, frame: frame, time: time, held: held,
+            var d = policy.decision(active: active, pending: pending, frame: frame, time: time, held: held,
                                     label: { [timeLabel] in timeLabel($0, now) })
+            d.matched = matched
             if let last = lastDecision, last == d { return last }
             lastDecision = d
             return d
@@ -151,7 +190,23 @@ extension Policy {
         /// Without history or holds: what the rules say this instant.
         public func decideNow(_ task: TaskFields) -> Decision {
             policy.fillTask(task, into: frame)
-            return policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame, time: time)
+            var d = policy.decision(active: policy.rules.filter { Policy.matches($0, frame) }, pending: [], frame: frame, time: time)
+            d.matched = policy.requirementBits(task, frame, filled: true)
+            for (i, rule) in policy.rules.enumerated() where Policy.matches(rule, frame) { d.matched.insert(i) }
+            return d
+        }
+
+        /// What the conditions say of a task, holds aside: its verdict and every rule and requirement that matches
+        /// (`Standing`). Dearer than `verdict` (every rule is asked); a waiting task asks it to learn whether a
+        /// change of conditions changes anything it is told or holds, not only whether it could start.
+        public func standing(_ task: TaskFields) -> Standing {
+            var bits = policy.requirementBits(task, frame)
+            var v: Verdict = bits == RuleBits() ? .run : .defer
+            for (i, rule) in policy.rules.enumerated() where Policy.matches(rule, frame) {
+                bits.insert(i)
+                if rule.verdict > v { v = rule.verdict }
+            }
+            return Standing(verdict: v, matched: bits)
         }
 
         /// Verdict only, without holds or reasons: for re-checking a whole queue after a condition changes.
@@ -256,6 +311,19 @@ extension Policy {
     /// Where built-in checks say they come from (`policy explain`, `why`).
     public static let builtInLocation = SourceLocation(file: "built-in", line: 0, column: 0)
 
+    /// The task's unmet requirements as bits after the rules' (`RuleBits`), the task filled into `frame` first
+    /// unless `filled`.
+    func requirementBits(_ t: TaskFields, _ frame: Frame, filled: Bool = false) -> RuleBits {
+        if !filled { fillTask(t, into: frame) }
+        let i = slots.requirementIndex, n = rules.count
+        var bits = RuleBits()
+        if t.requiresExternalPower && frame.shared[i.external] != .bool(true) { bits.insert(n) }
+        if t.requiresNetwork && frame.shared[i.online] != .bool(true) { bits.insert(n + 1) }
+        if t.requiresUnmetered && frame.shared[i.metered] == .bool(true) { bits.insert(n + 2) }
+        if let w = t.window, case .duration(let sod) = frame.shared[i.ofDay], !w.contains(sod) { bits.insert(n + 3) }
+        return bits
+    }
+
     /// For the queue's fast path: whether any requirement is unmet, without building reasons.
     func anyRequirementUnmet(_ t: TaskFields, _ frame: Frame) -> Bool {
         let i = slots.requirementIndex
@@ -292,14 +360,20 @@ extension Policy {
         }
         if frame.task[t.inWindow] == .bool(false) {
             let window = frame.task[t.window].description
-            let opens = ClockWindow(window).map { w in
-                let d = w.untilChange(from: time)
-                return "; it opens in \(formatDuration(d.rounded(.up)))"
-            } ?? ""
-            out.append(UnmetRequirement(flag: "task.in_window", reason: "outside its window \(window)\(opens)",
+            out.append(UnmetRequirement(flag: "task.in_window", reason: Policy.windowReason(window, time: time),
                                         readings: [r("task.window"), r("time.of_day")]))
         }
         return out
+    }
+
+    /// What a task outside its `--between` window is told at `time`: "outside its window 01:00-06:00; it opens in 1h".
+    /// A countdown: a listing makes it anew from the time it lists at, not from the time of the decision.
+    public static func windowReason(_ window: String, time: TimeFields) -> String {
+        let opens = ClockWindow(window).map { w in
+            let d = w.untilChange(from: time)
+            return "; it opens in \(formatDuration(d.rounded(.up)))"
+        } ?? ""
+        return "outside its window \(window)\(opens)"
     }
 
     /// A rule kept in effect by its hold after its condition cleared: what changed, and when it lets go.

@@ -30,6 +30,9 @@ public struct RunOptions: Sendable {
     public var runToken: String?
     /// Not before this instant, on the monotonic clock (the daemon's `--earliest`).
     public var earliest: Double?
+    /// What set `earliest`, as a task's wait names it: "its calendar event 'daily'", "its retry backoff (retry 1
+    /// of 3)"; Apple's "its earliest begin date" by default.
+    public var earliestCause = "its earliest begin date"
     /// An app's task: a defer or pause verdict expires it (see `TaskLimits.pauseExpires`).
     public var pauseExpires = false
 

@@ -239,13 +239,15 @@ public final class Supervisor {
     }
 
     /// The same, for one of many supervisors given the same readings (bgtaskd): `shared` is one evaluator for
-    /// all of them. A task that waits, with no hold running, whose verdict (the queue fast path: no reasons,
-    /// no holds) is still the one that keeps it waiting is not decided in full again: 10,000 waiting tasks
+    /// all of them. A task that waits, with no hold running, whose standing (its verdict and which rules match: no
+    /// reasons, no holds) is still the one it was decided on is not decided in full again: 10,000 waiting tasks
     /// cost one fast pass, not 10,000 decisions, when the battery drops a percent.
     public func conditionsChanged(_ c: [String: PolicyValue], now: Double, shared: Policy.Evaluator) {
         conditions = c
         sampleEnergyIfDue(now: now)
-        if let last = waitsForACondition, shared.verdict(machine.task) == last.verdict { return }
+        // Its standing, not only its verdict: a rule behind the deciding one that stops (or starts) matching must
+        // start its hold now and change what the task is told, though the verdict stays.
+        if let last = waitsForACondition, shared.standing(machine.task) == last.standing { return }
         evaluate(now: now, evaluator: shared)
     }
 
@@ -377,7 +379,7 @@ public final class Supervisor {
             let text: String
             switch machine.startBlock {
             // Not "the policy would run it now": read an hour before the date, that sounded like "it runs now".
-            case .earliest(let e)?: text = "not before \(untilText(wallClockNow() + (e - now))) (its earliest begin date); no rule holds it back"
+            case .earliest(let e)?: text = "not before \(untilText(wallClockNow() + (e - now))) (\(options.earliestCause)); no rule holds it back"
             case .noSlot(let why)?: text = "\(why); no rule holds it back"
             case nil: text = explain(d)
             }

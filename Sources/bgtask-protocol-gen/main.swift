@@ -182,7 +182,7 @@ func interface(of node: Element) throws -> (Element, String, String, String) {
 
 /// Keys that hold seconds since the epoch, wherever they are (`--json` gives each an `_iso` twin): the interface's
 /// and the audit trail's. Emitted as `BusValue.timeKeys`.
-let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "started", "time", "last_run", "likely_start"]
+let timeKeys: Set<String> = ["submitted", "earliest", "next_check", "next_run", "started", "time", "last_run", "likely_start"]
 
 func generate(_ node: Element, source: String, xml: String) throws -> String {
     let (iface, ifaceName, busName, path) = try interface(of: node)

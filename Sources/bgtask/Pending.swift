@@ -15,9 +15,10 @@ extension Bgtask {
         static let configuration = CommandConfiguration(commandName: "pending",
             abstract: "What waits in bgtaskd's queue: a table that scans like list-timers, or with --long everything that holds each task back.",
             discussion: """
-            Columns: ID; STATE (waiting, or retry N/M after a failure); NEXT and LEFT (when it is looked at again if \
-            nothing changes — a hold ending, its earliest date, a time rule — and how far off; `-` when only a change \
-            of conditions can start it); LAST and RESULT (its last run, from the audit trail); WHY (the deciding \
+            Columns: ID; STATE (waiting, or retry N/M after a failure); NEXT and LEFT (the earliest time it could run \
+            — its earliest date from --at, --on-calendar, --every or a retry's backoff, every hold still running, its \
+            --between window, rules of the clock — and how far off, as systemctl list-timers shows them; `-` when only \
+            a change of conditions can start it, such as the charger or the network coming); LAST and RESULT (its last run, from the audit trail); WHY (the deciding \
             rule's reason, and how many other things hold it back). --long lists every one of them with its rule and \
             file:line, as dumpsys lists unsatisfied constraints.
             """)
@@ -142,6 +143,7 @@ extension Bgtask {
 
         func prose(_ t: PendingTask) {
             var line = "\(t.id): \(t.reason)"
+            if let r = t.nextRun { line += "; could run \(r > wallClockNow() ? "from \(untilText(r))" : "now")" }
             if let n = t.nextCheck { line += "; looked at again \(untilText(n)) if nothing changes before" }
             else { line += "; looked at again when conditions change" }
             if let e = t.every { line += " (every \(formatDuration(e)))" }
@@ -165,7 +167,8 @@ extension Bgtask {
                 var state = "waiting"
                 if t.failures > 0 { state = "retry \(t.failures)/\(t.retry)" }
                 var next = "-", left = "-"
-                if let n = t.nextCheck {
+                // The earliest time it could run, not when it is looked at again (`next_check` in --json).
+                if let n = t.nextRun {
                     next = clockText(n)
                     left = n > wallClockNow() ? formatDuration((n - wallClockNow()).rounded(.up)) : "now"
                 }

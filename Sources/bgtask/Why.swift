@@ -118,7 +118,12 @@ extension Bgtask {
             if let c = t.calendar { parts.append("on calendar '\(c)'") }
             if let w = t.window { parts.append("between \(w)") }
             if let at = t.earliest, at > wallClockNow() { parts.append("not before \(untilText(at))") }
-            else { parts.append("waiting: \(t.reason)") }
+            else {
+                // Every rule that holds it back now, not only the one that decides (each with its own hold).
+                let rules = t.unmet.filter { $0["what"]?.string == "rule" }.compactMap { $0["reason"]?.string }
+                parts.append("waiting: " + (rules.count > 1 ? rules.joined(separator: "; and ") : t.reason))
+                if let r = t.nextRun, r > wallClockNow() { parts.append("could run from \(untilText(r))") }
+            }
             if let l = t.likely { parts.append(l) }
             return "Next: " + parts.joined(separator: ", ") + "."
         }

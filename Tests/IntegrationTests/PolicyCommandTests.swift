@@ -398,7 +398,8 @@ extension PolicyCommandTests {
         let reasons = unmet.compactMap { $0["reason"] as? String }
         #expect(unmet.contains { $0["rule"] as? String == "night.only" && ($0["location"] as? String)?.hasSuffix("50-night.toml:2") == true }, "\(unmet)")
         #expect(reasons.contains { $0.contains("network") }, "the recorded machine is not online: \(reasons)")
-        #expect(reasons.contains { $0.hasPrefix("not before ") && $0.contains("earliest begin date") }, "\(reasons)")
+        // A command's date is its start time (--earliest here), not Apple's "earliest begin date" of an app's request.
+        #expect(reasons.contains { $0.hasPrefix("not before ") && $0.contains("its start time, --at or --earliest") }, "\(reasons)")
 
         let (s, table, e) = try d.bgtask(["pending"])
         #expect(s == 0, "\(e)")
