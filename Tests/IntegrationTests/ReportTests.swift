@@ -163,6 +163,12 @@ struct ReportTests {
             #expect(abs(Double(line[2])! - Double(row[2])!) <= 0.05 + 1e-9, "\(line) vs \(row)")
         }
         #expect(lines.contains { $0.first == "total" && $0[1] == "3" && $0[4] == "1" }, "\(text)")
+        // `why` says the same of the last run: the story's end and the list's line carry its CPU and energy.
+        let (_, story, _) = try p.run(["why", "a"])
+        #expect(story.contains("Finished ") && story.contains(" s of CPU."), "\(story)")
+        let (_, list, _) = try p.run(["why"])
+        #expect(list.split(separator: "\n").contains { $0.hasPrefix("a: finished ") && $0.contains("; energy unknown, ") && $0.hasSuffix(" s of CPU") },
+                "\(list)")
     }
 
     @Test("rendered in headless Chromium: the screenshot of a simulated recorded trace is not blank and shows the lanes' colours",
