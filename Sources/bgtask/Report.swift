@@ -24,7 +24,7 @@ extension Bgtask {
             with the readings a task's run recorded then as marks: never a value nobody read. Point at a bar for \
             the rule and file:line that decided it. The picture's window is fitted to the last 24 hours' entries \
             unless --since says. `bgtask policy simulate --html` draws the same from a recorded trace. Exit \
-            status: 0; 73 when a file cannot be written.
+            status: 0; 2 for a bad option; 73 when a file cannot be written.
             """)
 
         @Option(name: .long, help: ArgumentHelp("How far back (24h, 7d; default: 24h, the picture fitted to its entries).", valueName: "duration"),
@@ -94,7 +94,7 @@ extension Bgtask {
         }
 
         static func table(_ c: (tasks: [TaskCost], total: TaskCost), from: Double, to now: Double) -> [String] {
-            var lines = ["runs that ended from \(clockText(from, now: now)) to \(clockText(now, now: now)), from the audit trail"]
+            var lines = ["runs that ended from \(clockText(from, now: now)) to now (\(clockText(now, now: now))), from the audit trail"]
             guard !c.tasks.isEmpty else { return lines + ["no task ran or expired then"] }
             func cpu(_ t: TaskCost) -> String { t.runs == t.cpuUnknownRuns && t.runs > 0 ? "-" : TaskCost.fixed(t.cpuSeconds, 1) }
             func wh(_ t: TaskCost) -> String { t.energyWh.map { TaskCost.fixed($0, 3) } ?? "-" }
