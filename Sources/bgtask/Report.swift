@@ -130,7 +130,10 @@ extension Bgtask {
             // The readings first, from bgtaskd's history (none when it never ran), and what the runs recorded.
             let dir = try? StatePaths.stateDirectory()
             let history = dir.flatMap { try? QueueStore.readTransitions(path: $0 + "/" + QueueStore.file, names: readingNames, since: start) } ?? [:]
-            Report.readings(history, samples: Report.samples(entries.filter { $0.time >= start && $0.time <= end }), into: &t)
+            // Only entries inside a stretch the history did not read are looked into (parsing every entry's readings
+            // would double the cost of a month's report).
+            let unread = Report.unread(history, from: start, to: end)
+            Report.readings(history, samples: Report.samples(entries.filter { e in unread.contains { e.time >= $0.0 && e.time < $0.1 } }), into: &t)
             // Then each task, from the audit trail.
             var byTask: [String: [AuditEntry]] = [:]
             var order: [String] = []
@@ -144,6 +147,25 @@ extension Bgtask {
                 t.addTask(id, events: es.map(Report.event))
             }
             return t
+        }
+
+        /// The stretches where some reading of the history was not read: before its first row, and from each
+        /// `unread` row to the next (merged where they overlap).
+        static func unread(_ h: [String: [(time: Double, value: String)]], from start: Double, to end: Double) -> [(Double, Double)] {
+            var spans: [(Double, Double)] = []
+            for name in readingNames {
+                let c = h[name] ?? []
+                guard let first = c.first else { spans.append((start, end)); continue }
+                if first.time > start { spans.append((start, first.time)) }
+                for (i, row) in c.enumerated() where row.value == ReadingHistory.unreadText {
+                    spans.append((max(start, row.time), i + 1 < c.count ? c[i + 1].time : end))
+                }
+            }
+            var merged: [(Double, Double)] = []
+            for sp in spans.sorted(by: { $0.0 < $1.0 }) where sp.1 > sp.0 {
+                if let last = merged.last, sp.0 <= last.1 { merged[merged.count - 1].1 = max(last.1, sp.1) } else { merged.append(sp) }
+            }
+            return merged
         }
 
         /// The readings the audit trail's entries recorded (the conditions at a start, each rule's own readings), as
@@ -177,12 +199,17 @@ extension Bgtask {
             func numbers(_ c: [(time: Double, value: String)]) -> [(time: Double, value: Double?)] { c.map { ($0.time, Double($0.value)) } }
             func points(_ c: [(time: Double, value: String)]?) -> [(time: Double, value: Double)] { (c ?? []).compactMap { v in Double(v.value).map { (v.time, $0) } } }
             func yesNo(_ yes: String, _ no: String) -> (String) -> String { { $0 == "true" ? yes : $0 == "false" ? no : "unknown" } }
-            if let c = h["power.external"], !c.isEmpty { t.addStates("charger", changes: c, samples: samples["power.external"] ?? [], describe: yesNo("on the charger", "on battery")) }
-            if let c = h["battery.percent"], !c.isEmpty { t.addSeries("battery", changes: numbers(c), samples: points(samples["battery.percent"]), unit: "%") }
-            if let c = h["thermal.state"], !c.isEmpty { t.addStates("heat", changes: c, samples: samples["thermal.state"] ?? []) }
-            if let c = h["thermal.celsius"], !c.isEmpty { t.addSeries("temperature", changes: numbers(c), samples: points(samples["thermal.celsius"]), unit: "°C") }
-            if let c = h["user.idle"], !c.isEmpty { t.addStates("person", changes: c, samples: samples["user.idle"] ?? [], describe: yesNo("away", "present")) }
-            if let c = h["network.online"], !c.isEmpty { t.addStates("network", changes: c, samples: samples["network.online"] ?? [], describe: yesNo("online", "offline")) }
+            // A lane where the history has rows, or where only runs read the value (no bgtaskd ran then).
+            func has(_ name: String) -> [(time: Double, value: String)]? {
+                let c = h[name] ?? []
+                return c.isEmpty && (samples[name] ?? []).isEmpty ? nil : c
+            }
+            if let c = has("power.external") { t.addStates("charger", changes: c, samples: samples["power.external"] ?? [], describe: yesNo("on the charger", "on battery")) }
+            if let c = has("battery.percent") { t.addSeries("battery", changes: numbers(c), samples: points(samples["battery.percent"]), unit: "%") }
+            if let c = has("thermal.state") { t.addStates("heat", changes: c, samples: samples["thermal.state"] ?? []) }
+            if let c = has("thermal.celsius") { t.addSeries("temperature", changes: numbers(c), samples: points(samples["thermal.celsius"]), unit: "°C") }
+            if let c = has("user.idle") { t.addStates("person", changes: c, samples: samples["user.idle"] ?? [], describe: yesNo("away", "present")) }
+            if let c = has("network.online") { t.addStates("network", changes: c, samples: samples["network.online"] ?? [], describe: yesNo("online", "offline")) }
         }
 
         static func event(_ e: AuditEntry) -> Timeline.TaskEvent {

@@ -43,6 +43,10 @@ struct ReportTests {
         let entries = (try JSONSerialization.jsonObject(with: Data(why.utf8)) as? [[String: Any]])?.last?["entries"] as? [[String: Any]] ?? []
         let started = entries.first { $0["event"] as? String == "started" }?["time"] as? Double
         #expect(started.map { abs($0 - bar[2]) < 0.01 } == true, "\(String(describing: started)) vs \(bar[2])")
+        // No bgtaskd ran: the charger was read only by the run, at its start — a mark, and "not read" around it.
+        let charger = try Self.drawn(svg).bars.filter { $0.lane == "charger" }
+        #expect(charger.filter { $0.end > $0.start }.allSatisfy { $0.state == "not read" } && !charger.isEmpty, "\(charger)")
+        #expect(charger.contains { $0.state == "on the charger" && $0.start == $0.end && abs($0.start - bar[2]) < 0.05 }, "\(charger)")
         let page = try String(contentsOfFile: html, encoding: .utf8)
         // Nothing fetched: no script, no link, no source or reference (the SVG namespace is a name, not a fetch).
         #expect(page.hasPrefix("<!DOCTYPE html>") && page.contains("<svg xmlns=\"http://www.w3.org/2000/svg\""), "self-contained")
