@@ -180,6 +180,21 @@ struct ReportTests {
                 "\(list)")
     }
 
+    @Test("pending --long and --json say what a repeating task's last run cost (CPU seconds, energy), from the audit trail")
+    func pendingSaysTheLastCost() throws {
+        let p = try PolicyEnv()
+        let d = try SessionDaemon(policy: p, preload: false)
+        #expect(try d.bgtask(["submit", "--id", "hourly", "--every", "1h", "--", "true"]).0 == 0)
+        #expect(d.said("hourly: finished") != nil, "\(d.daemon?.stderr ?? "")")
+        // Its next period waits: the queue lists it with its last run (its end is in the trail before bgtaskd says it).
+        let list = try d.pending()
+        let e = try #require(list.first { $0["id"] as? String == "hourly" }, "not pending: \(list)")
+        #expect(e["last_cpu_seconds"] is Double && e["last_energy_wh"] != nil, "\(e)")
+        let (_, long, _) = try d.bgtask(["pending", "--long"])
+        #expect(long.split(separator: "\n").contains { $0.hasPrefix("  last run: finished ") && $0.contains("exit 0; ") && $0.hasSuffix(" s of CPU") },
+                "\(long)")
+    }
+
     @Test("rendered in headless Chromium: the screenshot of a simulated recorded trace is not blank and shows the lanes' colours",
           .enabled(if: ReportTests.chromium != nil, "Chromium is not installed (Debian's chromium package)"))
     func chromiumRendersIt() throws {
