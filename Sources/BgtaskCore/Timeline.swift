@@ -140,13 +140,21 @@ public struct Timeline: Sendable {
 
     /// A reading with a number (battery %, °C), as a line; a nil value (not read, or no value) cuts it, and
     /// that stretch is drawn as "not read". `samples` inside such a stretch are drawn as dots.
+    /// `noValue`: the times of changes that were read and had no value (a machine without a usable zone): their
+    /// stretch is "unknown", not "not read".
     public mutating func addSeries(_ name: String, changes: [(time: Double, value: Double?)], samples: [(time: Double, value: Double)] = [],
-                                   unit: String) {
+                                   noValue: Set<Double> = [], unit: String) {
         var lane = Lane(name: name)
         lane.unit = unit
         var last: Double??
+        var noValue = noValue
         for c in changes {
-            if c.time < start { last = .some(c.value); continue }
+            if c.time < start {
+                last = .some(c.value)
+                // The change carried to the window's start keeps what it was: no value, or not read.
+                if noValue.contains(c.time) { noValue.insert(start) } else { noValue.remove(start) }
+                continue
+            }
             guard c.time <= end else { break }
             if let l = last, lane.points.isEmpty { lane.points.append((start, l)) }
             lane.points.append((c.time, c.value))
@@ -159,10 +167,12 @@ public struct Timeline: Sendable {
         for (j, p) in lane.points.enumerated() where p.value == nil && j + 1 < lane.points.count {
             let until = lane.points[j + 1].time
             guard until > p.time else { continue }
-            if let prev = lane.spans.last, prev.end == p.time { lane.spans[lane.spans.count - 1].end = until; continue }
-            lane.spans.append(Span(start: p.time, end: until, state: Timeline.notRead, hover: "\(name): not read from \(Timeline.clock(p.time))"))
+            let state = noValue.contains(p.time) ? "unknown" : Timeline.notRead
+            if let prev = lane.spans.last, prev.end == p.time, prev.state == state { lane.spans[lane.spans.count - 1].end = until; continue }
+            lane.spans.append(Span(start: p.time, end: until, state: state,
+                                   hover: "\(name): \(state == "unknown" ? "read, no value" : "not read") from \(Timeline.clock(p.time))"))
         }
-        lane.samples = samples.filter { s in lane.spans.contains { s.time >= $0.start && s.time < $0.end } }
+        lane.samples = samples.filter { s in lane.spans.contains { $0.state == Timeline.notRead && s.time >= $0.start && s.time < $0.end } }
         let values = lane.points.compactMap(\.value) + lane.samples.map(\.value)
         guard !changes.isEmpty || !values.isEmpty else { return }
         lane.range = ((values.min() ?? 0) - 1)...((values.max() ?? 0) + 1)

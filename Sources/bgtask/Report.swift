@@ -198,6 +198,7 @@ extension Bgtask {
                              into t: inout Timeline) {
             func numbers(_ c: [(time: Double, value: String)]) -> [(time: Double, value: Double?)] { c.map { ($0.time, Double($0.value)) } }
             func points(_ c: [(time: Double, value: String)]?) -> [(time: Double, value: Double)] { (c ?? []).compactMap { v in Double(v.value).map { (v.time, $0) } } }
+            func nulls(_ c: [(time: Double, value: String)]) -> Set<Double> { Set(c.filter { $0.value == "null" }.map(\.time)) }
             func yesNo(_ yes: String, _ no: String) -> (String) -> String { { $0 == "true" ? yes : $0 == "false" ? no : "unknown" } }
             // A lane where the history has rows, or where only runs read the value (no bgtaskd ran then).
             func has(_ name: String) -> [(time: Double, value: String)]? {
@@ -205,9 +206,9 @@ extension Bgtask {
                 return c.isEmpty && (samples[name] ?? []).isEmpty ? nil : c
             }
             if let c = has("power.external") { t.addStates("charger", changes: c, samples: samples["power.external"] ?? [], describe: yesNo("on the charger", "on battery")) }
-            if let c = has("battery.percent") { t.addSeries("battery", changes: numbers(c), samples: points(samples["battery.percent"]), unit: "%") }
+            if let c = has("battery.percent") { t.addSeries("battery", changes: numbers(c), samples: points(samples["battery.percent"]), noValue: nulls(c), unit: "%") }
             if let c = has("thermal.state") { t.addStates("heat", changes: c, samples: samples["thermal.state"] ?? []) }
-            if let c = has("thermal.celsius") { t.addSeries("temperature", changes: numbers(c), samples: points(samples["thermal.celsius"]), unit: "°C") }
+            if let c = has("thermal.celsius") { t.addSeries("temperature", changes: numbers(c), samples: points(samples["thermal.celsius"]), noValue: nulls(c), unit: "°C") }
             if let c = has("user.idle") { t.addStates("person", changes: c, samples: samples["user.idle"] ?? [], describe: yesNo("away", "present")) }
             if let c = has("network.online") { t.addStates("network", changes: c, samples: samples["network.online"] ?? [], describe: yesNo("online", "offline")) }
         }

@@ -45,6 +45,10 @@ struct TimelineTests {
         #expect(path.components(separatedBy: "M").count - 1 == 2, "\(path)")
         #expect(!path.contains("L\(Timeline.n(t.x(1500)))"), "\(path)")
         #expect(svg.contains("<circle") && svg.contains("data-value=\"101\""))
+        // Read with no value (no usable zone) is "unknown", not "not read".
+        var u = Timeline(start: 1000, end: 2000, title: "t")
+        u.addSeries("temperature", changes: [(900, nil), (1500, nil)], noValue: [900], unit: "°C")
+        #expect(u.lanes.first?.spans.map(\.state) == ["unknown", Timeline.notRead], "\(u.lanes.first?.spans ?? [])")
     }
 
     @Test("an event of a moment is drawn 3 px wide at least, inside the plot")
