@@ -115,6 +115,7 @@ public struct Timeline: Sendable {
                                    describe: (String) -> String = { $0 }) {
         var lane = Lane(name: name)
         func state(_ v: String) -> String { v == Timeline.unreadMark ? Timeline.notRead : v == "null" ? "unknown" : describe(v) }
+        if changes.isEmpty { lane.spans.append(Span(start: start, end: end, state: Timeline.notRead, hover: "\(name): not read")) }
         if let first = changes.first, first.time > start {
             lane.spans.append(Span(start: start, end: min(first.time, end), state: Timeline.notRead,
                                    hover: "\(name): not read before \(Timeline.clock(first.time))"))

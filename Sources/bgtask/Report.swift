@@ -133,7 +133,9 @@ extension Bgtask {
             // Only entries inside a stretch the history did not read are looked into (parsing every entry's readings
             // would double the cost of a month's report).
             let unread = Report.unread(history, from: start, to: end)
-            Report.readings(history, samples: Report.samples(entries.filter { e in unread.contains { e.time >= $0.0 && e.time < $0.1 } }), into: &t)
+            // (In time order: the trail's id order is not, quite — a run's supervisor appends as it goes.)
+            let inside = entries.filter { e in Report.within(unread, e.time) }.sorted { $0.time < $1.time }
+            Report.readings(history, samples: Report.samples(inside, apart: (end - start) / t.plotWidth), into: &t)
             // Then each task, from the audit trail.
             var byTask: [String: [AuditEntry]] = [:]
             var order: [String] = []
@@ -168,10 +170,23 @@ extension Bgtask {
             return merged
         }
 
+        /// Whether `t` is inside one of these sorted, disjoint stretches (a binary search: a month may have thousands).
+        static func within(_ spans: [(Double, Double)], _ t: Double) -> Bool {
+            var lo = 0, hi = spans.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if spans[mid].1 <= t { lo = mid + 1 } else { hi = mid }
+            }
+            return lo < spans.count && spans[lo].0 <= t
+        }
+
         /// The readings the audit trail's entries recorded (the conditions at a start, each rule's own readings), as
         /// the history writes them: name → (time, text).
-        static func samples(_ entries: [AuditEntry]) -> [String: [(time: Double, value: String)]] {
+        /// At most one entry's readings a pixel (`apart` seconds): a month's 24,000 entries are not all parsed to
+        /// draw 1,000 pixels.
+        static func samples(_ entries: [AuditEntry], apart: Double = 0) -> [String: [(time: Double, value: String)]] {
             var out: [String: [(time: Double, value: String)]] = [:]
+            var took = false
             func take(_ v: JSONValue, at time: Double) {
                 guard case .object(let m) = v else { return }
                 for (name, value) in m where readingNames.contains(name) {
@@ -182,13 +197,25 @@ extension Bgtask {
                     case .string(let s): text = s
                     default: continue
                     }
-                    if out[name]?.last?.time != time { out[name, default: []].append((time, text)) }
+                    if out[name]?.last?.time != time {
+                        out[name, default: []].append((time, text))
+                        took = true
+                    }
                 }
             }
+            // A start's conditions hold every reading, a rule's readings only its own: each kind a pixel apart.
+            var nextConditions = -Double.infinity, nextRules = -Double.infinity
             for e in entries {
-                if let c = e.conditions, let v = try? JSONValue.parse(c) { take(v, at: e.time) }
-                if case .array(let rules)? = try? JSONValue.parse(e.rules) {
+                if e.time >= nextConditions, let c = e.conditions, let v = try? JSONValue.parse(c) {
+                    took = false
+                    take(v, at: e.time)
+                    if took { nextConditions = e.time + apart }
+                }
+                // Most entries' rules read nothing worth drawing: parsed only when some rule's readings are not empty.
+                if e.time >= nextRules, e.rules.contains("\"readings\":{\""), case .array(let rules)? = try? JSONValue.parse(e.rules) {
+                    took = false
                     for case .object(let m) in rules { if let r = m.first(where: { $0.0 == "readings" })?.1 { take(r, at: e.time) } }
+                    if took { nextRules = e.time + apart }
                 }
             }
             return out

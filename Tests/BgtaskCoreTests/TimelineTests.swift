@@ -29,6 +29,10 @@ struct TimelineTests {
         var u = Timeline(start: 1000, end: 2000, title: "t")
         u.addStates("charger", changes: [(1500, "true")]) { $0 == "true" ? "on the charger" : "on battery" }
         #expect(u.lanes[0].spans.map(\.state) == [Timeline.notRead, "on the charger"])
+        // No history at all, only a run's reading: "not read" over the window, and the mark.
+        var w = Timeline(start: 1000, end: 2000, title: "t")
+        w.addStates("charger", changes: [], samples: [(1300, "true")]) { $0 == "true" ? "on the charger" : "on battery" }
+        #expect(w.lanes[0].spans.map { "\($0.state) \(Int($0.start))-\(Int($0.end))" } == ["not read 1000-2000", "on the charger 1300-1300"])
     }
 
     @Test("a number's line stops where it was not read; that stretch is 'not read', a run's readings dots")
