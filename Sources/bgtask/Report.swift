@@ -88,7 +88,7 @@ extension Bgtask {
         /// The picture's start: the first entry in the window, less a margin (a twentieth of what it spans, a
         /// minute at least), and at least 5 minutes before now — not a fixed day that squeezes half an hour into 2 %.
         static func fitted(_ entries: [AuditEntry], from: Double, to now: Double) -> Double {
-            guard let first = entries.first(where: { $0.time >= from })?.time else { return from }
+            guard let first = entries.lazy.map(\.time).filter({ $0 >= from }).min() else { return from }
             let margin = max(60, (now - first) / 20)
             return max(from, min(first - margin, now - 300))
         }

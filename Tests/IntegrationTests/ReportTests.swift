@@ -172,6 +172,11 @@ struct ReportTests {
             #expect(abs(Double(line[2])! - Double(row[2])!) <= 0.05 + 1e-9, "\(line) vs \(row)")
         }
         #expect(lines.contains { $0.first == "total" && $0[1] == "3" && $0[4] == "1" }, "\(text)")
+        // The picture without --since is fitted to the entries (seconds old here: five minutes, not a day).
+        let fitted = p.dir.appendingPathComponent("fitted.svg").path
+        #expect(try p.run(["report", "--svg", fitted]).0 == 0)
+        let axis = try Self.bars(fitted, lane: "a").axis
+        #expect(axis.count == 4 && axis[1] - axis[0] >= 299 && axis[1] - axis[0] < 400, "\(axis)")
         // `why` says the same of the last run: the story's end and the list's line carry its CPU and energy.
         let (_, story, _) = try p.run(["why", "a"])
         #expect(story.contains("Finished ") && story.contains(" s of CPU."), "\(story)")
