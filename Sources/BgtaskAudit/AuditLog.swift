@@ -28,9 +28,13 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
     /// At a run's end: the energy it used, and the summary with its source (or why it is unknown).
     public var energyWh: Double?
     public var energy: String?
+    /// At a run's end: the CPU seconds its processes used (nil: unknown, or a trail from before "v6 cpu").
+    public var cpuSeconds: Double?
 
     public init(id: Int64?, time: Double, runID: String, taskID: String, event: String, verdict: String?, detail: String,
-                rules: String, conditions: String?, exitStatus: Int32?, energyWh: Double? = nil, energy: String? = nil) {
+                rules: String, conditions: String?, exitStatus: Int32?, energyWh: Double? = nil, energy: String? = nil,
+                cpuSeconds: Double? = nil) {
+        self.cpuSeconds = cpuSeconds
         self.energyWh = energyWh
         self.energy = energy
         self.id = id
@@ -47,7 +51,7 @@ public struct AuditEntry: Sendable, Equatable, Codable, FetchableRecord, Persist
 
     enum CodingKeys: String, CodingKey {
         case id, time, runID = "run_id", taskID = "task_id", event, verdict, detail, rules, conditions, exitStatus = "exit_status"
-        case energyWh = "energy_wh", energy
+        case energyWh = "energy_wh", energy, cpuSeconds = "cpu_seconds"
     }
 
     public mutating func didInsert(_ inserted: InsertionSuccess) { id = inserted.rowID }
@@ -229,7 +233,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             let insert = try db.cachedStatement(sql: AuditLog.insertSQL), latest = try db.cachedStatement(sql: AuditLog.latestSQL)
             for e in entries {
                 try insert.execute(arguments: [e.time, e.runID, e.taskID, e.event, e.verdict, e.detail, e.rules, e.conditions,
-                                               e.exitStatus, e.energyWh, e.energy])
+                                               e.exitStatus, e.energyWh, e.energy, e.cpuSeconds])
                 try latest.execute(arguments: [e.taskID, db.lastInsertedRowID, e.time])
             }
         }
@@ -242,8 +246,8 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
     public var changedPath: String { path + ".changed" }
 
     static let insertSQL = """
-        INSERT INTO decision (time, run_id, task_id, event, verdict, detail, rules, conditions, exit_status, energy_wh, energy)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        INSERT INTO decision (time, run_id, task_id, event, verdict, detail, rules, conditions, exit_status, energy_wh, energy, cpu_seconds)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         """
     static let latestSQL = """
         INSERT INTO task (task_id, last_id, last_time) VALUES (?, ?, ?)
@@ -262,7 +266,7 @@ public final class AuditLog: RunObserver, @unchecked Sendable {
             id: nil, time: wallClock(), runID: event.runID ?? runID, taskID: task.id, event: event.kind.rawValue,
             verdict: event.decision?.verdict.rawValue, detail: event.detail, rules: rules.rendered,
             conditions: keepConditions ? JSONValue.object(event.conditions.sorted { $0.key < $1.key }.map { ($0.key, json($0.value)) }).rendered : nil,
-            exitStatus: event.exitStatus, energyWh: event.energyWh, energy: event.energy)
+            exitStatus: event.exitStatus, energyWh: event.energyWh, energy: event.energy, cpuSeconds: event.cpuSeconds)
         if batching { buffer.append(entry); return }
         do { try append(entry) } catch {
             fputs("bgtask: audit trail \(path): \(error)\n", stderr)
@@ -389,6 +393,7 @@ extension AuditEntry {
             ("rules", (try? JSONValue.parse(rules)) ?? .array([])),
             ("conditions", conditions.flatMap { try? JSONValue.parse($0) } ?? .null),
             ("exit_status", JSONValue(exitStatus.map(Int.init))),
-        ] + (event == "finished" ? [("energy_wh", energyWh.map { JSONValue.number($0) } ?? .null), ("energy", JSONValue(energy))] : []))
+        ] + (event == "finished" ? [("energy_wh", energyWh.map { JSONValue.number($0) } ?? .null), ("energy", JSONValue(energy)),
+                                        ("cpu_seconds", cpuSeconds.map { JSONValue.number($0) } ?? .null)] : []))
     }
 }

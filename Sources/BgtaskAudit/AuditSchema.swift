@@ -4,7 +4,8 @@ import GRDB
 /// The trail's tables: what marks the file as bgtask's, and the migrations that made and keep its schema.
 extension AuditLog {
     static let kind = StateDatabase(applicationID: "bgtA", tables: ["decision", "task"],
-                                    migrations: ["v1", "v2 task index", "v3 energy", "v4 ends index", "v5 fewer index writes"], what: "audit trail")
+                                    migrations: ["v1", "v2 task index", "v3 energy", "v4 ends index", "v5 fewer index writes",
+                                                "v6 cpu"], what: "audit trail")
     /// The migrations that made the tables and columns a reader uses; the later ones change only indexes, so a reader
     /// newer than the writer that last opened the trail (a package upgraded under a running daemon) still reads it.
     static let readable: Set<String> = ["v1", "v2 task index", "v3 energy"]
@@ -60,6 +61,10 @@ extension AuditLog {
                 ALTER TABLE task_keyed RENAME TO task;
                 CREATE INDEX task_last ON task (last_id);
                 """)
+        }
+        // What each run's processes used of the CPU, recorded at its end (`bgtask report`'s costs).
+        m.registerMigration("v6 cpu") { db in
+            try db.alter(table: "decision") { t in t.add(column: "cpu_seconds", .double) }
         }
         return m
     }

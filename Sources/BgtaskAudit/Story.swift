@@ -90,7 +90,7 @@ public enum Story {
             case "recovered": out.append("Recovery at \(at) \(e.detail).")
             case "finished":
                 if expired, e.detail.contains("signal") { out.append("Ended \(at) by that expiry (\(e.detail)).") }
-                else { out.append("Finished \(at), \(e.detail).") }
+                else { out.append("Finished \(at), \(e.detail)\(e.cpuSeconds.map { ", \(cpuText($0)) of CPU" } ?? "").") }
                 if let energy = e.energy { out.append(energy.prefix(1).uppercased() + energy.dropFirst() + ".") }
             default: out.append("\(at) \(e.event): \(e.detail)")
             }
@@ -108,6 +108,16 @@ public enum Story {
         return "\(task) \(how):\n" + reasons.enumerated().map { "  \($0.offset == 0 ? "" : "then ")\($0.element)" }.joined(separator: "\n")
     }
 
+    /// What a run's end recorded of its cost, short: "~0.4 Wh, 12.3 s of CPU"; "energy unknown, 0.2 s of CPU"; nil
+    /// when it recorded neither.
+    public static func cost(_ end: AuditEntry) -> String? {
+        guard end.energyWh != nil || end.cpuSeconds != nil || end.energy != nil else { return nil }
+        let energy = end.energyWh.map { "~" + EnergyMeter.format($0) } ?? "energy unknown"
+        return energy + (end.cpuSeconds.map { ", \(cpuText($0)) of CPU" } ?? "")
+    }
+
+    static func cpuText(_ s: Double) -> String { TaskCost.fixed(s, s < 10 ? 2 : 1) + " s" }
+
     /// One line per task: where it stands now.
     public static func summary(_ last: AuditEntry) -> String {
         let at = clock(last.time)
@@ -116,7 +126,7 @@ public enum Story {
         case "started", "resumed", "unthrottled": return "\(last.taskID): running since \(at)"
         case "throttled": return "\(last.taskID): running, throttled to \(last.detail) since \(at): \(because(last))"
         case "paused": return "\(last.taskID): paused since \(at): \(because(last))"
-        case "finished": return "\(last.taskID): finished \(at), \(last.detail)"
+        case "finished": return "\(last.taskID): finished \(at), \(last.detail)" + (cost(last).map { "; \($0)" } ?? "")
         case "gave-up": return "\(last.taskID): gave up \(at) (\(last.detail))"
         case "expired", "killed": return "\(last.taskID): expired \(at)"
         case "lost": return "\(last.taskID): supervisor gone (found \(at)): \(last.detail)"

@@ -92,7 +92,7 @@ public struct EnergyMeter: Sendable, Equatable {
         return s
     }
 
-    static func format(_ wh: Double) -> String {
+    public static func format(_ wh: Double) -> String {
         if wh >= 10 { return "\(Int(wh.rounded())) Wh" }
         if wh >= 0.1 { return "\(Double(Int((wh * 10).rounded())) / 10) Wh" }
         return "\(Int((wh * 1000).rounded())) mWh"

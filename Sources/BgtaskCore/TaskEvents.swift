@@ -23,6 +23,8 @@ public struct RunEvent: Sendable {
     /// At the end of a run: the energy it used (`EnergyMeter`), and what to say of it (or why it is unknown).
     public var energyWh: Double?
     public var energy: String?
+    /// At the end of a run: the CPU seconds its processes used, where known.
+    public var cpuSeconds: Double?
 
     public init(kind: Kind, monotonic: Double, detail: String, decision: Decision?, conditions: [String: PolicyValue], exitStatus: Int32?,
                 runID: String? = nil) {

@@ -131,6 +131,7 @@ public final class Daemon {
         events.afterEvents(sups, conditionsChanged: conditionsChanged || driver.rounds.newlyResting || apps.connected != driver.rounds.appsConnected) { [unowned self] in
             self.apps.connected > 0 || self.driver.restingDependOnThermal()
         }
+        driver.thermalReadChanged(events.readsThermal)
         driver.rounds.appsConnected = apps.connected
         driver.rounds.newlyResting = false
         let releasing = driver.rounds.quiet.observe(quiet: driver.running.isEmpty, now: now)

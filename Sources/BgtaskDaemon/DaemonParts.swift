@@ -192,6 +192,8 @@ final class CurrentReadings {
     var merged: [String: PolicyValue]?
     /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
     var history = ReadingHistory()
+    /// Whether the history was last told heat is read (bgtaskd polls no zone while no verdict depends on one).
+    var thermalRead = true
     /// What apps were last told of them (`ConditionsChanged`).
     var announced = Conditions()
 }

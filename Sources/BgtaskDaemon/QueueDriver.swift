@@ -131,10 +131,24 @@ final class QueueDriver {
 
     /// Keeps what changed of the readings whose history is kept (`ReadingHistory`).
     func recordHistory(_ values: [String: PolicyValue]) {
-        let changes = current.history.changes(values, now: wallClockNow())
+        let changes = current.history.changes(values, now: wallClockNow(), unread: current.thermalRead ? [] : ReadingHistory.thermalNames)
         guard !changes.isEmpty else { return }
         rounds.historyDue += changes
         if !rounds.spawnedThisRound { writeHistory() }
+    }
+
+    /// The zones began or stopped being read: the history says so (a stretch no zone was read is then "not
+    /// read" in `bgtask report`, not the last temperature stretched over it).
+    func thermalReadChanged(_ read: Bool) {
+        guard read != current.thermalRead else { return }
+        current.thermalRead = read
+        if let values = readings { recordHistory(values) }
+    }
+
+    /// bgtaskd stops reading anything: the history says so, written now.
+    func historyStopped() {
+        rounds.historyDue += current.history.stopped(now: wallClockNow())
+        writeHistory()
     }
 
     func writeHistory() {

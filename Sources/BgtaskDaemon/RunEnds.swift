@@ -246,7 +246,8 @@ extension QueueDriver {
         // Ends the queue could not take yet: one last try (what fails again is in `ended` for the next daemon).
         writeUnwritten(now: monotonic(), force: true)
         if !rounds.unwritten.hasStart { files.intents.clear() }
-        writeHistory()
+        // Nothing is read from now until the next daemon: the history says so (`bgtask report` draws "not read").
+        historyStopped()
         audit.flush()
         return true
     }

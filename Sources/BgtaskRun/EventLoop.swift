@@ -135,6 +135,9 @@ public final class EventLoop {
         }
     }
 
+    /// Whether thermal zones are being read now (always, when the readings are given rather than watched).
+    public var readsThermal: Bool { handle == nil || thermalAsked != nil }
+
     /// After a round of events: re-decides how often zones are read, only when something it depends on
     /// may have changed (not on each tick of a signal duty cycle).
     /// `others`: whether work outside these supervisors depends on a temperature (bgtaskd's resting tasks).

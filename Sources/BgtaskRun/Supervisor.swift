@@ -202,7 +202,8 @@ public final class Supervisor {
         if !options.quiet { fputs(Terminal.safe("\(speaker): \(options.task.id): \(s)") + "\n", stderr) }
     }
 
-    func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil, energy withEnergy: Bool = false) {
+    func record(_ kind: RunEvent.Kind, _ detail: String, decision: Decision? = nil, status: Int32? = nil, energy withEnergy: Bool = false,
+                cpuSeconds: Double? = nil) {
         // The crash-recovery record first: what is said has happened, and a kill right after finds it written.
         if process != nil, kind != .finished { state?.update(state: machine.phase.state, task: machine.task) }
         var event = RunEvent(kind: kind, monotonic: monotonic(), detail: detail, decision: decision,
@@ -210,6 +211,7 @@ public final class Supervisor {
         if withEnergy {
             event.energyWh = energy.wattHours
             event.energy = energySummary
+            event.cpuSeconds = cpuSeconds
         }
         // A run's end is told to the daemon first, so that its queue has it before anything says it (the audit
         // trail, the journal): a daemon killed in between then finds the run over, not interrupted.
@@ -364,7 +366,7 @@ public final class Supervisor {
         energyDue = nil
         machine.exited(status: code)
         let how = (status & 0x7f) == 0 ? "exit \(code)" : "killed by signal \(status & 0x7f)"
-        record(.finished, how, status: code, energy: true)
+        record(.finished, how, status: code, energy: true, cpuSeconds: process?.cpuSeconds() ?? finalCPU)
         say("finished (\(how))")
     }
 

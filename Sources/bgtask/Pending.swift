@@ -62,6 +62,7 @@ extension Bgtask {
                            let f = (try? a.entries(task: id, since: weekAgo))?.last(where: { $0.event == "finished" }) {
                             fields.append(("last_energy_wh", f.energyWh.map { JSONValue.number($0) } ?? .null))
                             fields.append(("last_energy", JSONValue(f.energy)))
+                            fields.append(("last_cpu_seconds", JSONValue(f.cpuSeconds)))
                             v = .object(fields)
                         }
                     }
@@ -113,7 +114,11 @@ extension Bgtask {
                 tasks += DaemonClient.typed(.listPendingPage, page, PendingTask.init(variant:))
             }
             if tasks.isEmpty { out("nothing pending") }
-            else if long { for t in tasks { prose(t) } }
+            else if long {
+                // Each task's last run and what it cost, from the audit trail (bounded, as the table's LAST).
+                let audit = tasks.count <= 200 ? (try? State.audit(write: false)) ?? nil : nil
+                for t in tasks { prose(t, audit: audit) }
+            }
             else { table(tasks) }
             if let n = next { Pending.nextPage(n) }
         }
@@ -141,7 +146,7 @@ extension Bgtask {
             fputs("bgtask pending: more follow; the next page: --after '\(cursor)'\n", stderr)
         }
 
-        func prose(_ t: PendingTask) {
+        func prose(_ t: PendingTask, audit: AuditLog?) {
             var line = "\(t.id): \(t.reason)"
             if let r = t.nextRun { line += "; could run \(r > wallClockNow() ? "from \(untilText(r))" : "now")" }
             if let n = t.nextCheck { line += "; looked at again \(untilText(n)) if nothing changes before" }
@@ -154,6 +159,9 @@ extension Bgtask {
             for u in t.unmet {
                 let at = u["rule"]?.string.map { " — rule \($0) (\(u["location"]?.string ?? ""))" } ?? ""
                 out("  unmet: \(u["reason"]?.string ?? "")\(at)")
+            }
+            if let f = (try? audit?.entries(task: t.id, since: wallClockNow() - 7 * 86_400))??.last(where: { $0.event == "finished" }) {
+                out("  last run: finished \(clockText(f.time)), \(f.detail)" + (Story.cost(f).map { "; \($0)" } ?? ""))
             }
         }
 
