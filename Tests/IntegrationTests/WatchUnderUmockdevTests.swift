@@ -73,6 +73,59 @@ struct UmockdevIntegrationTests {
         #expect(newValue(try parseJSON(cool), "thermal.state") as? String == "nominal")
     }
 
+    @Test("watch is quiet while a file in its storage directory grows by small amounts; it says storage.free_bytes once it moves 1 % of the filesystem, and as [storage] low_mb is crossed")
+    func storageIsQuietOnABusyDisk() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-storage.toml", "[storage]\nlow_mb = 4\n")
+        let dir = p.dir.appendingPathComponent("disk")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        guard let tmpfs = try Tmpfs(at: dir, size: "8m") else { return }   // 1 % is 83,886 bytes
+        defer { tmpfs.unmount() }
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Full", energyNow: 60_000_000)
+        // Zones read every 50 ms: each read is a statvfs too, the reads that printed a line every 2 s.
+        let watch = try Child("/bin/sh", ["-c", "cd \"$1\" && shift && exec \"$@\"", "sh", dir.path,
+                                          Child.bgtaskPath, "watch", "--json", "--no-dbus", "--thermal-interval", "0.05"],
+                              environment: p.environment(preload: true))
+        defer { watch.stop() }
+        let first = try parseJSON(try #require(watch.line(within: 10), "no first line: \(watch.stderr)"))
+        #expect(newValue(first, "storage.low") as? Bool == false, "\(first)")
+        let file = try #require(FileHandle(forWritingAtPath: { FileManager.default.createFile(atPath: dir.path + "/log", contents: nil); return dir.path + "/log" }()))
+        defer { try? file.close() }
+        var online = true
+        /// The next line, after a charger change: what changed besides power.external since the line before.
+        func afterPlug() throws -> [String: Any] {
+            online.toggle()
+            tb.plug(laptop, online)
+            return try parseJSON(try #require(watch.line(within: 3), "no line for the charger: \(watch.stderr)"))
+        }
+        // Ten writes of 4 KiB (40 KiB in all, under 1 %), each followed by a charger change: the very next line is the
+        // charger's, with no storage.free_bytes in it.
+        for round in 0..<10 {
+            file.write(Data(count: 4096))
+            try file.synchronize()
+            let line = try afterPlug()
+            #expect(newValue(line, "power.external") as? Bool == online && newValue(line, "storage.free_bytes") == nil,
+                    "round \(round): \(line)")
+        }
+        // 1 MiB more: said.
+        file.write(Data(count: 1 << 20))
+        try file.synchronize()
+        let moved = try afterPlug()
+        #expect((newValue(moved, "storage.free_bytes") as? Double).map { $0 < 7 * 1_048_576 } == true && newValue(moved, "storage.low") == nil, "\(moved)")
+        // To 4,148 KiB free, just over the 4 MiB threshold (a move of more than 1 %: said), then 64 KiB more, under
+        // 1 % but across the threshold: low, with the bytes beside it.
+        file.write(Data(count: 2980 << 10))
+        try file.synchronize()
+        let near = try afterPlug()
+        #expect((newValue(near, "storage.free_bytes") as? Double).map { $0 > 4 * 1_048_576 } == true && newValue(near, "storage.low") == nil, "\(near)")
+        file.write(Data(count: 64 << 10))
+        try file.synchronize()
+        let low = try afterPlug()
+        #expect(newValue(low, "storage.low") as? Bool == true && newValue(low, "storage.free_bytes") != nil, "\(low)")
+    }
+
     @Test("recorded fixtures read the same through umockdev-run as through --sysfs-root",
           arguments: ["power/03-dell-xps15-discharging", "power/11-14-dual-battery-secondary-empty",
                       "power/checkbox-ipu7-not-charging-ucsi", "thermal/thermald-231-skylake-trips"])
