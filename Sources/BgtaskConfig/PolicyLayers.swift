@@ -134,6 +134,9 @@ public enum PolicyLayers {
         return p
     }
 
+    /// What is said of a layer found in a policy directory that does not load, by bgtaskd and every command alike.
+    public static let leftOutWarning = "a policy layer does not load and is left out (the other layers are in force until it is fixed)"
+
     /// Reads and checks every layer. A layer that fails is left out (those below it stay in force) and its
     /// errors are returned; a missing, unreadable or non-regular file is an error naming the path.
     public static func load(_ sources: [PolicySource]) -> (Policy, [PolicyError]) {

@@ -59,7 +59,7 @@ public final class Daemon {
                               status: ExitStatus.config)
         }
         let warning = errors.isEmpty ? nil : PolicyWarning(
-            what: "a policy layer does not load and is left out (the other layers are in force until it is fixed)", errors: errors)
+            what: PolicyLayers.leftOutWarning, errors: errors)
         configuration = PolicyInForce(p, warning: warning, atStart: atStart)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.

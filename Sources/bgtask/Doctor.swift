@@ -36,7 +36,7 @@ extension Bgtask {
             if errors.isEmpty {
                 add("policy", .ok, "\(sources.count) layer(s), \(policy.rules.count) rules: " + sources.map(\.name).joined(separator: ", "))
             } else {
-                add("policy", .problem, "does not load: " + errors.map(\.description).joined(separator: "; ") + " — fix it (bgtask policy check)")
+                add("policy", .problem, PolicyLayers.leftOutWarning + ": " + errors.map(\.description).joined(separator: "; ") + " — fix it (bgtask policy check)")
             }
 
             // The state directory: the user's own, not a link, writable.

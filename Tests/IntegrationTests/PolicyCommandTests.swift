@@ -110,6 +110,29 @@ struct PolicyCommandTests {
         #expect(r.2.contains("mine.toml:3:25: in 'when' of rule 'x': \"warm\" is not a thermal state"))
     }
 
+    @Test("one rule for a broken layer in every command: found in policy.d, left out with a warning naming file:line:col and the others decide; named with --policy, exit 78; policy check exits 1")
+    func brokenLayerOneStory() throws {
+        let p = try PolicyEnv()
+        let text = "[[rule]]\nid = \"x\"\nwhen = 'thermal.temp > 5'\nverdict = \"pause\"\n"
+        try p.userPolicy("60-typo.toml", text)
+        let named = p.dir.appendingPathComponent("named.toml")
+        try Data(text.utf8).write(to: named)
+        let at = "60-typo.toml:3:9: in 'when' of rule 'x': unknown name 'thermal.temp'"
+        for args in [["run", "--no-wait", "--", "true"], ["policy", "explain", "--id", "t"], ["policy", "show"], ["doctor"]] {
+            let r = try p.run(args)
+            let said = r.1 + r.2
+            #expect(said.contains("a policy layer does not load and is left out") && said.contains(at), "\(args): \(r)")
+            if args[0] != "doctor" { #expect(r.0 == 0, "\(args): \(r)") }
+        }
+        for args in [["run", "--policy", named.path, "--no-wait", "--", "true"], ["policy", "explain", "--policy", named.path, "--id", "t"],
+                     ["policy", "show", "--policy", named.path]] {
+            let r = try p.run(args)
+            #expect(r.0 == 78 && r.2.contains("named.toml:3:9") && r.2.contains("the policy does not load"), "\(args): \(r)")
+        }
+        #expect(try p.run(["policy", "check"]).0 == 1)
+        #expect(try p.run(["policy", "check", named.path]).0 == 1)
+    }
+
     @Test("a user layer replaces a shipped rule by id; show says so")
     func showLayers() throws {
         let p = try PolicyEnv()
