@@ -315,6 +315,15 @@ extension PolicyCommandTests {
 
         let (s2, o2, _) = try p.run(["doctor"])
         #expect(s2 == 0 && o2.contains("note    bgtaskd") && o2.contains("not reachable"), "\(o2)")
+        // No session bus, no user manager, no system bus (a container): notes, not failures, and advice that can be
+        // followed here — no X11 autolaunch, no systemctl --user where no user manager runs.
+        let bare = p.environment(preload: false, ["DBUS_SESSION_BUS_ADDRESS": nil, "XDG_RUNTIME_DIR": nil,
+                                                  "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(p.dir.path)/no-system-bus"])
+        let (s4, o4, e4) = try Child.run(Child.bgtaskPath, ["doctor"], environment: bare, deadline: 30)
+        #expect(s4 == 0 && !o4.contains("PROBLEM"), "\(o4) \(e4)")
+        #expect(o4.contains("not reachable (DBUS_SESSION_BUS_ADDRESS is not set, nor XDG_RUNTIME_DIR)") && o4.contains("start it with `bgtaskd &`")
+                && !o4.contains("autolaunch") && !o4.contains("systemctl --user"), "\(o4)")
+        for peer in ["UPower", "presence", "power-profiles-daemon"] { #expect(o4.contains("note    \(peer)"), "\(peer): \(o4)") }
         try p.userPolicy("70-bad.toml", "[idle]\nafter = 5\n")
         let (s3, o3, _) = try p.run(["doctor"])
         #expect(s3 == 1 && o3.contains("PROBLEM policy") && o3.contains("70-bad.toml:2"), "\(o3)")
