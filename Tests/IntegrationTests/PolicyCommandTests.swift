@@ -286,13 +286,20 @@ extension PolicyCommandTests {
         #expect((j["said"] as? String)?.contains("60-broken.toml:3") == true && (j["said"] as? String)?.contains("last good policy stays in force") == true, "\(o1)")
     }
 
-    @Test("a mistyped subcommand is named with the closest one, exit 2")
+    @Test("a mistyped subcommand or option is named with the closest one, exit 2")
     func didYouMean() throws {
         let p = try PolicyEnv()
         let (s, _, e) = try p.run(["stauts"])
         #expect(s == 2 && e.contains("'stauts' is not a command; did you mean 'bgtask status'?"), "\(e)")
         let (s2, _, e2) = try p.run(["policy", "chek"])
         #expect(s2 == 2 && e2.contains("did you mean 'bgtask policy check'?"), "\(e2)")
+        // An option of run or submit, whose own words end at the command, as the parser says it for the others.
+        for cmd in ["run", "submit"] {
+            let (st, _, er) = try p.run([cmd, "--requires-externl-power", "--", "true"])
+            #expect(st == 2 && er.contains("Unknown option '--requires-externl-power'; did you mean '--requires-external-power'?"), "\(cmd): \(er)")
+        }
+        let (sp, _, ep) = try p.run(["pending", "--jsno"])
+        #expect(sp == 2 && ep.contains("Did you mean '--json'?"), "\(ep)")
         let (s3, _, e3) = try p.run(["run", "--budget", "5", "true"])
         #expect(s3 == 2 && e3.contains("a duration is written 30s, 10m, 2h or 1h30m"), "\(e3)")
     }
