@@ -374,6 +374,9 @@ struct RunCommandTests {
         // The story says why it ended, not only the signal that did it.
         let why = try p.run(["why", "long"]).1
         #expect(why.contains("its 300ms budget ran out") && why.contains("by that expiry (killed by signal 15)"), "\(why)")
+        // And the list says the same of it, not only the signal.
+        let list = try p.run(["why"]).1
+        #expect(list.contains("long: expired ") && list.contains(": its 300ms budget ran out; ended ") && list.contains("by that expiry (killed by signal 15)"), "\(list)")
     }
 }
 
