@@ -17,6 +17,8 @@ extension Bgtask {
             Event-driven: udev's netlink monitor (power_supply, thermal, net), rtnetlink, and UPower, \
             NetworkManager and power-profiles-daemon signals. Thermal zones have no temperature events, so \
             they are read every --thermal-interval while watching (never when there are no zones). \
+            Gauges are said once they have moved enough: storage.free_bytes (of the current directory) when it has \
+            moved 1 % of the filesystem or crosses [storage] low_mb, so a busy disk is not a line every read. \
             Ctrl-C, SIGTERM or SIGHUP end it between two lines, so a --record file never ends in half a line; \
             the exit status is then 128 plus the signal's number.
             """)
