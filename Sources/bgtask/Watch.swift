@@ -52,8 +52,10 @@ extension Bgtask {
             }
             let interval: Int32? = thermalInterval > 0 ? Int32(thermalInterval * 1000) : nil
             // The policy's thresholds (battery low, [idle] after) make the readings match what `run` and bgtaskd
-            // decide from; a policy that does not load leaves the defaults (`policy check` says why).
-            let settings = PolicyLayers.load(PolicyLayers.sources(extra: [])).0.settings
+            // decide from; a broken layer is left out with the warning every command gives, the others' in force.
+            let (policy, errors) = PolicyLayers.load(PolicyLayers.sources(extra: []))
+            PolicyLayers.warnLeftOut(errors)
+            let settings = policy.settings
             let options = WatchOptions(probe: probe.probeOptions.applying(settings), thermalIntervalMs: interval)
             let done = DispatchSemaphore(value: 0)
             let printer = LinePrinter(json: json, record: recordFile, limit: count)

@@ -124,6 +124,10 @@ struct PolicyCommandTests {
             #expect(said.contains("a policy layer does not load and is left out") && said.contains(at), "\(args): \(r)")
             if args[0] != "doctor" { #expect(r.0 == 0, "\(args): \(r)") }
         }
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--thermal-interval", "0"], environment: p.env)
+        defer { watch.stop() }
+        #expect(watch.errorLine(within: 10) { $0.contains("a policy layer does not load and is left out") } != nil, "\(watch.stderr)")
+        #expect(watch.line(within: 10) != nil, "watch goes on: \(watch.stderr)")
         for args in [["run", "--policy", named.path, "--no-wait", "--", "true"], ["policy", "explain", "--policy", named.path, "--id", "t"],
                      ["policy", "show", "--policy", named.path]] {
             let r = try p.run(args)
