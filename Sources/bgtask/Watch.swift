@@ -3,6 +3,7 @@ import ArgumentParser
 import BgtaskCore
 import BgtaskProbes
 import BgtaskConfig
+import BgtaskPolicy
 import Dispatch
 import Synchronization
 #if canImport(Glibc)
@@ -157,7 +158,7 @@ enum WatchLine {
         if u.initial { return "\(time) \(u.snapshot.summary)" }
         if u.changes.isEmpty { return "\(time) no change  [\(u.trigger)]" }
         let parts = u.changes.filter { $0.path != "power.reason" }.map { c in
-            "\(c.path) \(c.old.map(show) ?? "∅") → \(show(c.new))"
+            "\(c.path) \(c.old.map { show($0, c.path) } ?? "∅") → \(show(c.new, c.path))"
         }
         var line = "\(time) \(parts.joined(separator: " · "))"
         if parts.isEmpty {
@@ -169,8 +170,11 @@ enum WatchLine {
         return line + "  [\(u.trigger)]"
     }
 
-    static func show(_ v: JSONValue) -> String {
+    /// A value as a person reads it: a byte count (`…_bytes`) in binary units, as reasons fill it (`--json` keeps the
+    /// number).
+    static func show(_ v: JSONValue, _ path: String = "") -> String {
         if case .string(let s) = v { return s }
+        if path.hasSuffix("_bytes"), case .number(let n) = v { return Policy.bytesText(n) }
         return v.rendered
     }
 }
