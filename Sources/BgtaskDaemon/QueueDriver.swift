@@ -159,7 +159,9 @@ final class QueueDriver {
     /// The filesystem of `row`'s working directory, when it is not the one the watcher's storage.* describe: such a
     /// task is judged on its own directory's storage, as `bgtask run` there would judge it. nil: the shared readings.
     func ownFilesystem(_ row: QueuedTask) -> UInt64? {
-        guard let dir = row.directory, let fs = StorageReading.device(of: dir) else { return nil }
+        guard let dir = row.directory else { return nil }
+        guard let fs = current.directories[dir] ?? StorageReading.device(of: dir) else { return nil }
+        current.directories[dir] = fs
         if current.watchedFilesystem == nil { current.watchedFilesystem = probe.storagePath.flatMap(StorageReading.device(of:)) }
         return fs == current.watchedFilesystem ? nil : fs
     }
