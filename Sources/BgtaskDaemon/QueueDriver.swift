@@ -158,8 +158,9 @@ final class QueueDriver {
     }
     /// The filesystem of `row`'s working directory, when it is not the one the watcher's storage.* describe: such a
     /// task is judged on its own directory's storage, as `bgtask run` there would judge it. nil: the shared readings.
+    /// Only while some rule reads storage.*: otherwise where a task runs changes no verdict, and it may rest as any.
     func ownFilesystem(_ row: QueuedTask) -> UInt64? {
-        guard let dir = row.directory else { return nil }
+        guard let dir = row.directory, policy.rules.contains(where: { $0.names.contains { $0.hasPrefix("storage.") } }) else { return nil }
         guard let fs = current.directories[dir] ?? StorageReading.device(of: dir) else { return nil }
         current.directories[dir] = fs
         if current.watchedFilesystem == nil { current.watchedFilesystem = probe.storagePath.flatMap(StorageReading.device(of:)) }
