@@ -32,8 +32,7 @@ struct PolicyFilesOption: ParsableArguments {
     /// decided: 78 (EX_CONFIG).
     func load() throws -> BgtaskPolicyBox {
         let (policy, errors) = PolicyLayers.load(PolicyLayers.sources(extra: self.policy))
-        let named = Set(self.policy.flatMap { [$0, PolicyLayers.display($0)] })
-        if errors.contains(where: { named.contains($0.location.file) }) {
+        if PolicyLayers.inNamedFile(errors, named: self.policy) {
             PolicyLayers.printErrors(errors)
             fputs("bgtask: the policy does not load; fix the file\(Set(errors.map(\.location.file)).count == 1 ? "" : "s") above (bgtask policy check)\n", stderr)
             throw ExitCode(ExitStatus.config)
