@@ -5,11 +5,14 @@ LIBEXECDIR ?= $(PREFIX)/libexec
 DATADIR    ?= $(PREFIX)/share
 MANDIR     ?= $(DATADIR)/man
 DOCDIR     ?= $(DATADIR)/doc/bgtask
-SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 # systemd --user reads units from $(PREFIX)/lib/systemd/user for /usr and /usr/local, and from
 # ~/.local/share/systemd/user for a prefix in the home directory.
 USERUNITDIR ?= $(if $(filter $(HOME)/%,$(PREFIX)),$(DATADIR)/systemd/user,$(PREFIX)/lib/systemd/user)
 DBUSSERVICEDIR ?= $(DATADIR)/dbus-1/services
+# The administrator's layer is read from /etc/bgtask/policy.d whatever the prefix (BGTASK_SYSTEM_POLICY_DIR aside):
+# its README goes there for a system install, and nowhere for a prefix in the home directory (~/.local/etc is
+# never read, and a README there would say it is).
+POLICYREADME ?= $(if $(filter $(HOME)/%,$(PREFIX)),,/etc/bgtask/policy.d/README)
 DESTDIR    ?=
 
 SWIFT      ?= swift
@@ -54,7 +57,8 @@ MANDATE  := $(shell date -u -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)} +%Y-%m-%d)
 
 man: all
 	rm -rf $(GEN)/man && mkdir -p $(GEN)/man
-	python3 scripts/man-pages.py $(GEN)/man $(MANDATE) "$$($(BUILD)/bgtask --version)" $(BUILD)/bgtask $(BUILD)/bgtaskd
+	MAN_LIBEXECDIR=$(LIBEXECDIR) MAN_DATADIR=$(DATADIR) MAN_DOCDIR=$(DOCDIR) MAN_USERUNITDIR=$(USERUNITDIR) \
+	    MAN_DBUSSERVICEDIR=$(DBUSSERVICEDIR) python3 scripts/man-pages.py $(GEN)/man $(MANDATE) "$$($(BUILD)/bgtask --version)" $(BUILD)/bgtask $(BUILD)/bgtaskd
 	python3 scripts/md2man.py docs/policy.md bgtask-policy 5 $(DOCDIR) > $(GEN)/man/bgtask-policy.5
 
 completions: all
@@ -79,7 +83,7 @@ install: all man completions
 	sed 's|@BINDIR@|$(BINDIR)|g' data/bgtaskd.service.in > $(DESTDIR)$(USERUNITDIR)/bgtaskd.service
 	sed 's|@BINDIR@|$(BINDIR)|g' data/io.github.bgtask.Scheduler1.service.in > $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service
 	install -m 0644 data/io.github.bgtask.Scheduler1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
-	install -D -m 0644 data/policy.d-README $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
+	$(if $(POLICYREADME),install -D -m 0644 data/policy.d-README $(DESTDIR)$(POLICYREADME))
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/bgtask $(DESTDIR)$(BINDIR)/bgtaskd
@@ -88,7 +92,7 @@ uninstall:
 	rm -f $(DESTDIR)$(MANDIR)/man1/bgtask.1 $(DESTDIR)$(MANDIR)/man1/bgtask-*.1 $(DESTDIR)$(MANDIR)/man1/bgtaskd.1 $(DESTDIR)$(MANDIR)/man5/bgtask-policy.5
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/bgtask $(DESTDIR)$(DATADIR)/zsh/site-functions/_bgtask $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/bgtask.fish
 	rm -f $(DESTDIR)$(USERUNITDIR)/bgtaskd.service $(DESTDIR)$(DBUSSERVICEDIR)/io.github.bgtask.Scheduler1.service $(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.bgtask.Scheduler1.xml
-	rm -f $(DESTDIR)$(SYSCONFDIR)/bgtask/policy.d/README
+	$(if $(POLICYREADME),rm -f $(DESTDIR)$(POLICYREADME))
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 # A Debian package with Debian's own tooling (debian/, debhelper), into dist/.

@@ -18,12 +18,16 @@ for f in usr/bin/bgtask usr/bin/bgtaskd usr/libexec/bgtask/bgtask-cli usr/share/
 done
 grep -q '^ExecStart=/usr/bin/bgtaskd$' "$root/usr/lib/systemd/user/bgtaskd.service" || fail "unit's ExecStart"
 grep -q '^Exec=/usr/bin/bgtaskd$' "$root/usr/share/dbus-1/services/io.github.bgtask.Scheduler1.service" || fail "activation Exec"
+! grep -A2 '^\.SH SYNOPSIS' "$root/usr/share/man/man1/bgtaskd.1" | grep -q 'command' || fail "bgtaskd(1)'s SYNOPSIS names a subcommand it has not"
 # The README's first command: a prefix in the home directory puts the user unit where systemd --user reads it.
 home="$root/home"
 mkdir -p "$home"
 HOME="$home" make install PREFIX="$home/.local" >/dev/null
 grep -q "^ExecStart=$home/.local/bin/bgtaskd\$" "$home/.local/share/systemd/user/bgtaskd.service" || fail "home prefix: the user unit"
 [[ -f "$home/.local/share/dbus-1/services/io.github.bgtask.Scheduler1.service" ]] || fail "home prefix: the activation file"
+[[ ! -e "$home/.local/etc" ]] || fail "home prefix: $home/.local/etc made, a directory bgtask never reads"
+! grep -q '/usr/libexec\|/usr/share/bgtask' "$home/.local/share/man/man1/bgtask.1" || fail "home prefix: bgtask(1) names /usr files it did not install"
+grep -q '~/.local/libexec/bgtask/bgtask\\-cli' "$home/.local/share/man/man1/bgtask.1" || fail "home prefix: bgtask(1) does not name its bgtask-cli"
 "$home/.local/bin/bgtask" policy check >/dev/null || fail "home prefix: the installed bgtask"
 for b in usr/bin/bgtask usr/bin/bgtaskd usr/libexec/bgtask/bgtask-cli; do
   file "$root/$b" 2>/dev/null | grep -q "not stripped" && fail "$b is not stripped"

@@ -7,7 +7,7 @@ docs/man/pages.md. Every page gets the same sections; a page with no EXAMPLES or
 fails the build instead of shipping a stub.
 
 Usage: man-pages.py OUTDIR DATE VERSION BINARY...   (run from the repository root)"""
-import json, re, subprocess, sys
+import json, os, re, subprocess, sys
 
 out_dir, date, version, binaries = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 
@@ -69,10 +69,30 @@ def markdown(text):
     return out
 
 
+# Where this install puts what the pages name by their /usr paths (a Debian package's): a `make install
+# PREFIX=~/.local` page names ~/.local/libexec/bgtask/bgtask-cli, not a /usr file that is not there. Given by the
+# Makefile in the environment (MAN_LIBEXECDIR, …); unset, the /usr paths stay. The home directory is said as ~.
+def installed(text):
+    home = os.environ.get("HOME", "")
+    def at(var, tail=""):
+        d = os.environ.get(var)
+        if not d:
+            return None
+        d = d.rstrip("/") + tail
+        return "~" + d[len(home):] if home not in ("", "/") and d.startswith(home + "/") else d
+    for usr, new in [("/usr/libexec/bgtask/", at("MAN_LIBEXECDIR", "/bgtask/")), ("/usr/lib/systemd/user/", at("MAN_USERUNITDIR", "/")),
+                     ("/usr/share/dbus-1/services/", at("MAN_DBUSSERVICEDIR", "/")),
+                     ("/usr/share/dbus-1/interfaces/", at("MAN_DATADIR", "/dbus-1/interfaces/")),
+                     ("/usr/share/bgtask/policies", at("MAN_DATADIR", "/bgtask/policies")), ("/usr/share/doc/bgtask", at("MAN_DOCDIR"))]:
+        if new:
+            text = text.replace(usr, new)
+    return text
+
+
 def supplements(path):
-    """docs/man/pages.md: `# page-name` then `## SECTION` blocks."""
+    """docs/man/pages.md: `# page-name` then `## SECTION` blocks, its /usr paths the install's own (`installed`)."""
     pages, page, section = {}, None, None
-    for line in open(path, encoding="utf-8").read().split("\n"):
+    for line in installed(open(path, encoding="utf-8").read()).split("\n"):
         if line.startswith("# "):
             page, section = line[2:].strip(), None
             pages[page] = {}
@@ -94,7 +114,8 @@ def synopsis(path, c):
     parts = [".B " + " ".join(path)]
     words = []
     opts = [a for a in c.get("arguments", []) if a["kind"] != "positional" and a.get("shouldDisplay", True)]
-    if c.get("subcommands"):
+    # The help command swift-argument-parser adds to every root is no command of its own: bgtaskd has none.
+    if any(x["commandName"] != "help" and x.get("shouldDisplay", True) for x in c.get("subcommands", [])):
         words.append("\\fIcommand\\fR")
     if opts:
         words.append("[\\fIoptions\\fR]")

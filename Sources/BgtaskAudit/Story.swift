@@ -22,7 +22,7 @@ public enum Story {
         }
     }
 
-    static func because(_ e: AuditEntry) -> String {
+    public static func because(_ e: AuditEntry) -> String {
         guard let r = rules(e).first else { return e.detail }
         return "\(r.reason) — rule \(r.id) (\(r.origin))"
     }

@@ -171,6 +171,7 @@ public final class BusConnection: @unchecked Sendable {
     public let raw: OpaquePointer
 
     public init(address: String? = nil) throws(BusError) {
+        if address == nil, let why = BusConnection.noSessionBus() { throw BusError(BusError.disconnected, why) }
         var err: UnsafeMutablePointer<GError>?
         let c: OpaquePointer? = address.map { a in a.withCString { cgio_connect($0, &err) } } ?? cgio_connect(nil, &err)
         guard let c else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
@@ -187,9 +188,21 @@ public final class BusConnection: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(raw, 0)
     }
 
+    /// Why there is no session bus to connect to, when none is named ($DBUS_SESSION_BUS_ADDRESS) and none is at its
+    /// standard place ($XDG_RUNTIME_DIR/bus): GLib would otherwise try to autolaunch one and say "Cannot autolaunch
+    /// D-Bus without X11 $DISPLAY", which is no reason on a server or in a container.
+    static func noSessionBus() -> String? {
+        if let a = getenv("DBUS_SESSION_BUS_ADDRESS"), a.pointee != 0 { return nil }
+        let runtime = getenv("XDG_RUNTIME_DIR").map { String(cString: $0) } ?? ""
+        var st = stat()
+        if !runtime.isEmpty, stat(runtime + "/bus", &st) == 0 { return nil }
+        return "DBUS_SESSION_BUS_ADDRESS is not set, " + (runtime.isEmpty ? "nor XDG_RUNTIME_DIR" : "and there is no " + runtime + "/bus")
+    }
+
     /// A connection of its own to the session bus, not the process's shared one: a library inside an app
     /// must not change what the app's own GDBus connection does (exit-on-close, filters).
     public init(privateSession: Bool) throws(BusError) {
+        if let why = BusConnection.noSessionBus() { throw BusError(BusError.disconnected, why) }
         var err: UnsafeMutablePointer<GError>?
         guard let c = cgio_connect_private_session(&err) else { throw BusError(BusError.disconnected, BusConnection.take(err)) }
         raw = c

@@ -134,6 +134,16 @@ public enum PolicyLayers {
         return p
     }
 
+    /// What is said of a layer found in a policy directory that does not load, by bgtaskd and every command alike.
+    public static let leftOutWarning = "a policy layer does not load and is left out (the other layers are in force until it is fixed)"
+
+    /// Whether an error is in a file named on the command line (`--policy FILE`): the one case that stops a command
+    /// or bgtaskd (78); a broken layer found in a policy directory is left out with `leftOutWarning`.
+    public static func inNamedFile(_ errors: [PolicyError], named files: [String]) -> Bool {
+        let names = Set(files.flatMap { [$0, display($0)] })
+        return errors.contains { names.contains($0.location.file) }
+    }
+
     /// Reads and checks every layer. A layer that fails is left out (those below it stay in force) and its
     /// errors are returned; a missing, unreadable or non-regular file is an error naming the path.
     public static func load(_ sources: [PolicySource]) -> (Policy, [PolicyError]) {

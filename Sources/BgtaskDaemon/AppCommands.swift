@@ -43,7 +43,7 @@ extension QueueDriver: AppQueue {
     }
 
     func cannotStartNow(_ row: QueuedTask) -> String? {
-        guard let c = conditions else { return nil }
+        guard let c = conditions(onFilesystem: ownFilesystem(row), directory: row.directory) else { return nil }
         let d = Policy.Evaluator(policy: policy, conditions: c, time: localTime()).decideNow(row.fields)
         let startsNow = (d.verdict == .run || d.verdict == .throttle) && queue.slotFree(for: row.fields) && row.earliest.map { $0 <= wallClockNow() } ?? true
         if startsNow { return nil }

@@ -53,13 +53,12 @@ public final class Daemon {
         // A broken layer in a policy directory is left out with a warning, the others in force: a daemon that
         // exited would leave the user with no background work after the next login. A file named on the command
         // line is what was asked for: without it, nothing.
-        let named = Set(options.policyFiles.flatMap { [$0, PolicyLayers.display($0)] })
-        if errors.contains(where: { named.contains($0.location.file) }) {
+        if PolicyLayers.inNamedFile(errors, named: options.policyFiles) {
             throw DaemonError(message: errors.map(\.description).joined(separator: "\n") + "\nbgtaskd: the policy does not load; fix the file above (bgtask policy check)",
                               status: ExitStatus.config)
         }
         let warning = errors.isEmpty ? nil : PolicyWarning(
-            what: "a policy layer does not load and is left out (the other layers are in force until it is fixed)", errors: errors)
+            what: PolicyLayers.leftOutWarning, errors: errors)
         configuration = PolicyInForce(p, warning: warning, atStart: atStart)
         // Signals are blocked and read from a signalfd before any other thread exists (GDBus starts one): a
         // thread that does not block SIGCHLD or SIGTERM would take them, and a child's exit would go unseen.

@@ -189,7 +189,15 @@ final class CurrentReadings {
     /// The newest readings from the watcher (before the daemon's own conditions are added).
     var latest: [String: PolicyValue]? { didSet { merged = nil } }
     /// Dropped whenever the readings or the sleep state change (`QueueDriver.conditions`).
-    var merged: [String: PolicyValue]?
+    var merged: [String: PolicyValue]? { didSet { byFilesystem = [:]; directories = [:] } }
+    /// The merged conditions with `storage.*` read on another filesystem (a task's working directory), one per
+    /// filesystem (`st_dev`), not per task: dropped with `merged`, read again on the next change of any reading.
+    var byFilesystem: [UInt64: [String: PolicyValue]] = [:]
+    /// The filesystem the watcher's `storage.*` describe (`ProbeOptions.storagePath`), once known.
+    var watchedFilesystem: UInt64?
+    /// Each working directory's filesystem, as found since the last change of readings: a restart that takes up
+    /// 100,000 tasks submitted from one directory stats it once.
+    var directories: [String: UInt64] = [:]
     /// Which readings' changes go into the history (for the start estimate and `bgtask report`).
     var history = ReadingHistory()
     /// Whether the history was last told heat is read (bgtaskd polls no zone while no verdict depends on one).

@@ -23,9 +23,13 @@ final class Entry {
     let supervisor: Supervisor
     /// What its run's end left in the queue, once written (`QueueDriver.persistEnd`, when the run ended).
     var ended: EndOfRun?
-    init(row: QueuedTask, supervisor: Supervisor) {
+    /// The filesystem of its working directory when it is not the one the watcher reads (`QueueDriver.ownFilesystem`):
+    /// its `storage.*` are its own, so it is given conditions of its own and never rests in a group.
+    let filesystem: UInt64?
+    init(row: QueuedTask, supervisor: Supervisor, filesystem: UInt64? = nil) {
         self.row = row
         self.supervisor = supervisor
+        self.filesystem = filesystem
     }
     var id: String { row.id }
     var isWaiting: Bool { supervisor.machine.phase == .waiting }

@@ -68,7 +68,7 @@ extension QueueDriver {
     @discardableResult
     func add(_ row: QueuedTask, restored: Bool = false, evaluator: Policy.Evaluator? = nil, told: String? = nil, decide: Bool = true) -> Entry {
         rounds.kept.take(row.id)   // a row kept for it while it rested is not the one it has now
-        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored))
+        let e = Entry(row: row, supervisor: supervisor(for: row, restored: restored), filesystem: ownFilesystem(row))
         if let t = told { e.supervisor.continues(told: t) }
         queue.add(job(of: row), e)
         if decide { self.decide(e, evaluator: evaluator) }
@@ -79,7 +79,7 @@ extension QueueDriver {
     /// its reply (`decide: false`): the caller does not wait for it.
     func decide(_ e: Entry, evaluator: Policy.Evaluator? = nil) {
         guard let c = conditions, let shared = evaluator ?? self.evaluator() else { return }
-        e.supervisor.conditionsChanged(c, now: monotonic(), shared: shared)
+        give(e, c, now: monotonic(), shared: shared)
         rest(e)
     }
 
@@ -94,7 +94,7 @@ extension QueueDriver {
         rounds.kept.take(row.id)
         let s = supervisor(for: row, restored: true)
         s.resume(rest)
-        let e = Entry(row: row, supervisor: s)
+        let e = Entry(row: row, supervisor: s, filesystem: ownFilesystem(row))
         queue.add(job(of: row), e)
         return e
     }
@@ -142,6 +142,7 @@ extension QueueDriver {
         o.earliest = row.earliest.map { mono + ($0 - wall) }
         o.earliestCause = QueueDriver.earliestCause(row)
         o.workingDirectory = row.directory
+        if let d = row.directory { o.probe.storagePath = d }
         o.outputPath = row.isAppTask ? nil : outputPath(row.id)
         o.pauseExpires = row.isAppTask
         o.environment = ["BGTASK_TASK_ID=\(row.id)", "BGTASK_LAUNCHED_FOR_BACKGROUND=1"]
@@ -172,7 +173,8 @@ extension QueueDriver {
     @discardableResult
     func rest(_ e: Entry) -> Bool {
         let groups = queue.groupsMade
-        guard let r = e.supervisor.rest, queue.rest(e.id, standing: r.decision.standing, rest: r) != nil else { return false }
+        // Its storage.* are its own filesystem's: a group's one standing on the shared readings would not be its.
+        guard e.filesystem == nil, let r = e.supervisor.rest, queue.rest(e.id, standing: r.decision.standing, rest: r) != nil else { return false }
         // Only a new group can change whether resting tasks need the zones read: a task joining its group (each
         // Submit of work like the rest) leaves the answer as it was, and asking again cost a Submit a tenth of its CPU.
         if queue.groupsMade != groups { rounds.newlyResting = true }
@@ -194,7 +196,7 @@ extension QueueDriver {
         // the rest is decided in full. Not the verdict alone: a rule behind the deciding one that stops matching (the
         // charger plugged while the network is down) must start its hold now, and stop being told.
         let woken = queue.wake { shared.standing($0) }
-        for e in running.values { e.supervisor.conditionsChanged(c, now: now, shared: shared) }
+        for e in running.values { give(e, c, now: now, shared: shared) }
         // The awake and the woken in submission order, the order in which they may take a slot. A woken task is its
         // index in `woken` (-1: an awake one): no dictionary of them is made on the way to the first start.
         var order: [(submitted: Double, id: String, woken: Int)] = queue.awake.values.map { ($0.row.submitted, $0.id, -1) }
@@ -227,11 +229,11 @@ extension QueueDriver {
                 if rows[o.id] == nil { if let k = rounds.kept.take(o.id) { rows[o.id] = k } else { read(from: i) } }
                 guard let row = rows.removeValue(forKey: o.id) else { continue }   // gone from the file under us: nothing to start
                 e = awaken(row, w.rest)
-                e.supervisor.conditionsChanged(c, now: now, shared: shared)
+                give(e, c, now: now, shared: shared)
                 // Not a task whose own previous run still runs: that slot is its alone.
                 if e.row.state != "running", rest(e), running[e.id] == nil { restedLike[w.group] = e.id }
             } else if let awake = queue.awake[o.id] {
-                awake.supervisor.conditionsChanged(c, now: now, shared: shared)
+                give(awake, c, now: now, shared: shared)
                 if awake.row.state != "running" { rest(awake) }
             }
         }

@@ -103,9 +103,10 @@ final class QueueDriver {
 
     var probe: ProbeOptions { QueueDriver.probe(options.probe, policy.settings) }
 
-    /// The readings' options, for the watcher and for each task: the policy's thresholds, and one filesystem for
-    /// every task's storage.* — the home directory, where they run unless told otherwise (not bgtaskd's own
-    /// working directory, `/` under systemd).
+    /// The readings' options, for the watcher and for each task: the policy's thresholds, and the filesystem the
+    /// watcher reads storage.* on — the home directory, where tasks run unless told otherwise (not bgtaskd's own
+    /// working directory, `/` under systemd). A task whose working directory is elsewhere has its own
+    /// (`ownFilesystem`, `conditions(onFilesystem:directory:)`).
     static func probe(_ base: ProbeOptions, _ settings: PolicySettings) -> ProbeOptions {
         var o = base.applying(settings)
         if o.storagePath == nil { o.storagePath = getenv("HOME").map { String(cString: $0) } ?? "/" }
@@ -169,6 +170,38 @@ final class QueueDriver {
         if readings != nil { current.merged = c }
         return c
     }
+    /// The filesystem of `row`'s working directory, when it is not the one the watcher's storage.* describe: such a
+    /// task is judged on its own directory's storage, as `bgtask run` there would judge it. nil: the shared readings.
+    /// Only while some rule reads storage.*: otherwise where a task runs changes no verdict, and it may rest as any.
+    func ownFilesystem(_ row: QueuedTask) -> UInt64? {
+        guard let dir = row.directory, policy.rules.contains(where: { $0.names.contains { $0.hasPrefix("storage.") } }) else { return nil }
+        guard let fs = current.directories[dir] ?? StorageReading.device(of: dir) else { return nil }
+        current.directories[dir] = fs
+        if current.watchedFilesystem == nil { current.watchedFilesystem = probe.storagePath.flatMap(StorageReading.device(of:)) }
+        return fs == current.watchedFilesystem ? nil : fs
+    }
+
+    /// The conditions with storage.* read on filesystem `fs` (through `directory`, a directory on it): one statvfs
+    /// per filesystem and change of readings, however many tasks are on it. nil `fs`: the shared conditions.
+    func conditions(onFilesystem fs: UInt64?, directory: String?) -> [String: PolicyValue]? {
+        guard var c = conditions else { return nil }
+        guard let fs, let directory else { return c }
+        if let known = current.byFilesystem[fs] { return known }
+        for (name, v) in StorageReading.read(path: directory, lowBytes: probe.storageLowBytes).conditions { c[name] = ConditionConversion.value(v) }
+        current.byFilesystem[fs] = c
+        return c
+    }
+
+    /// Gives an entry the conditions as they are now: the shared ones (`shared` their one evaluator), or its own
+    /// filesystem's, decided in full.
+    func give(_ e: Entry, _ c: [String: PolicyValue], now: Double, shared: Policy.Evaluator) {
+        if e.filesystem != nil, let own = conditions(onFilesystem: e.filesystem, directory: e.row.directory) {
+            e.supervisor.conditionsChanged(own, now: now)
+        } else {
+            e.supervisor.conditionsChanged(c, now: now, shared: shared)
+        }
+    }
+
     /// What ProcessInfo's thermalState and isLowPowerModeEnabled read in an app (GetConditions, ConditionsChanged).
     var appConditions: Conditions {
         var c = Conditions()
@@ -218,7 +251,7 @@ final class QueueDriver {
             guard let row = restingRow(w.id) else { continue }
             let e = awaken(row, w.rest)
             // An evaluator only when a slot is given: most rounds give none.
-            e.supervisor.conditionsChanged(c, now: now, shared: Policy.Evaluator(policy: policy, conditions: c, time: localTime()))
+            give(e, c, now: now, shared: Policy.Evaluator(policy: policy, conditions: c, time: localTime()))
             // Not started after all (a condition changed since it rested): it waits again, and the next free slot asks.
             if e.isWaiting { rest(e); break }
         }

@@ -80,7 +80,7 @@ reason = "user {user.reason}: processing work runs while you are away (a command
 id = "processing.storage-low"
 when = 'task.kind == "processing" && !task.user_initiated && storage.low == true'
 verdict = "defer"
-reason = "storage low on {storage.path} ({storage.free_bytes} bytes free, under {storage.low_mb} MiB)"
+reason = "storage low on {storage.path} ({storage.free_bytes} free, under {storage.low_mb} MiB)"
 
 # ---- discretionary work: a person waiting for a task (user_initiated) is exempt ----
 

@@ -292,11 +292,29 @@ extension Policy {
         return rule.template.map { part in
             switch part {
             case .text(let t): return t
-            case .name(_, let slot):
+            case .name(let name, let slot):
                 let v = slot.task ? frame.task[slot.index] : frame.shared[slot.index]
+                if case .number(let n) = v, name.hasSuffix("_bytes") { return Policy.bytesText(n) }
                 return v == .null ? "unknown" : v.description
             }
         }.joined()
+    }
+
+    /// A count of bytes as a person reads it, in binary units to three figures ("812 MiB", "4.77 GiB", "512 bytes"):
+    /// a `{…_bytes}` name in a reason is filled so (bgtask-policy(5)), never as a raw 9-digit count.
+    public static func bytesText(_ n: Double) -> String {
+        let units = ["KiB", "MiB", "GiB", "TiB", "PiB"]
+        guard n.isFinite, abs(n) >= 1024 else { return n.isFinite ? "\(Int(n)) byte\(Int(n) == 1 ? "" : "s")" : "\(n)" }
+        var v = n / 1024, u = 0
+        while abs(v) >= 1024 && u < units.count - 1 { v /= 1024; u += 1 }
+        let scale = abs(v) >= 100 ? 1 : abs(v) >= 10 ? 10 : 100
+        let scaled = Int((abs(v) * Double(scale)).rounded())
+        var t = (v < 0 ? "-" : "") + String(scaled / scale)
+        var fraction = scale == 1 ? "" : String(scaled % scale)
+        while fraction.count < String(scale).count - 1 { fraction = "0" + fraction }
+        while fraction.hasSuffix("0") { fraction.removeLast() }
+        if !fraction.isEmpty { t += "." + fraction }
+        return "\(t) \(units[u])"
     }
 }
 

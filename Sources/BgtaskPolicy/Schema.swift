@@ -82,11 +82,25 @@ public struct Schema: Sendable {
     }()
 
     /// The closest known names, for "did you mean".
+    /// Words people write for a reading the schema names otherwise, by the last part of the name:
+    /// `thermal.temp` → `thermal.celsius`, `battery.level` → `battery.percent`.
+    static let synonyms: [String: [String]] = [
+        "temp": ["celsius"], "temperature": ["celsius"], "degrees": ["celsius"], "celcius": ["celsius"],
+        "level": ["percent"], "charge": ["percent"], "capacity": ["percent"], "pct": ["percent"],
+        "plugged": ["external"], "ac": ["external"], "charging": ["external"],
+        "free": ["free_bytes"], "free_mb": ["free_bytes"], "space": ["free_bytes", "low"],
+        "idle_seconds": ["idle_s"], "away": ["idle"],
+    ]
+
     public func suggestions(for name: String) -> [String] {
+        let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+        if parts.count == 2, let words = Schema.synonyms[parts[1].lowercased()] {
+            let meant = words.map { parts[0] + "." + $0 }.filter { entries[$0] != nil }
+            if !meant.isEmpty { return meant }
+        }
         let scored = order.map { ($0, editDistance(name, $0)) }.filter { $0.1 <= max(2, name.count / 3) }
         if !scored.isEmpty { return scored.sorted { $0.1 < $1.1 }.prefix(2).map(\.0) }
         // Abbreviations in the right namespace: `battery.pct` → `battery.percent`.
-        let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
         if parts.count == 2 {
             let abbrev = order.filter { candidate in
                 let c = candidate.split(separator: ".", maxSplits: 1).map(String.init)

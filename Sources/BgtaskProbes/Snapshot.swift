@@ -106,9 +106,7 @@ public struct ConditionSnapshot: Sendable, Equatable {
             ("user.locked", JSONValue(user.locked)),
             ("user.sessions", JSONValue(user.sessions.map(Double.init))),
             ("user.reason", .string(user.reason)),
-            ("storage.free_bytes", JSONValue(storage.freeBytes)),
-            ("storage.low", JSONValue(storage.low)),
-            ("storage.path", JSONValue(storage.path)),
+        ] + storage.conditions + [
             ("upower.available", .bool(upower.available)),
             ("upower.on_battery", JSONValue(upower.onBattery)),
             ("upower.percentage", JSONValue(upower.percentage)),

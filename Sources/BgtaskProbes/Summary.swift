@@ -1,5 +1,5 @@
 extension ConditionSnapshot {
-    /// One line a person reads: power · thermal · network · profile.
+    /// One line a person reads: power · thermal · network · profile · presence.
     public var summary: String {
         var parts: [String] = []
         parts.append(powerSummary)
@@ -17,8 +17,16 @@ extension ConditionSnapshot {
             parts.append("network unknown (\(network.reason))")
         }
         if let p = system.powerProfile { parts.append("profile \(p)") }
-        if user.idle != nil { parts.append("user \(user.reason)") }
+        parts.append(presenceSummary)
         return parts.joined(separator: " · ")
+    }
+
+    /// Presence, said as the other readings are, unknown included ("presence unknown: no logind"): `-v` and
+    /// `--json` give the whole reason (which bus call failed).
+    var presenceSummary: String {
+        if user.idle != nil { return "user \(user.reason)" }
+        if user.sources.isEmpty && !user.reason.contains("not consulted") { return "presence unknown: no logind" }
+        return "presence \(user.reason)"
     }
 
     var powerSummary: String {

@@ -189,6 +189,7 @@ final class WatchEngine: @unchecked Sendable {
                 supplies: supplies, zones: zones, previousZoneStates: zoneStates, links: links,
                 routesReadable: routesReadable, cpuPressure: reader.cpuPressure(), dbus: dbusReadings, options: probe)
             zoneStates = snap.zoneStates
+            differ.storageSize(snap.storage.sizeBytes)
             let changes = differ.changes(to: snap.conditions)
             if initial || force || !changes.isEmpty {
                 let more = deliver(ConditionUpdate(snapshot: snap, changes: changes, initial: initial, trigger: trigger))

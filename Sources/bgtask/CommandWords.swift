@@ -1,4 +1,5 @@
 import ArgumentParser
+import BgtaskPolicy
 
 /// The command given to `run` and `submit`: everything from the first word that is not one of bgtask's options,
 /// as `nice`, `timeout` and `systemd-run` take it. `--` may come before it, and must where the command itself
@@ -17,8 +18,22 @@ enum CommandWords {
         }
         guard let first = command.first, !first.isEmpty else { throw ValidationError("no command given: \(usage)") }
         if !afterTerminator, first.hasPrefix("-") {
-            throw ValidationError("Unknown option '\(first)' (a command whose name starts with - goes after --)")
+            let hint = closestOption(first, of: subcommand).map { "; did you mean '\($0)'?" } ?? ""
+            throw ValidationError("Unknown option '\(first)'\(hint) (a command whose name starts with - goes after --)")
         }
         return command
+    }
+
+    /// The option of `subcommand` nearest `word` (`--requires-externl-power` → `--requires-external-power`), as the
+    /// parser says for the commands it parses alone: the long names its help lists, within a third of the word.
+    static func closestOption(_ word: String, of subcommand: ParsableCommand.Type) -> String? {
+        let name = String(word.prefix { $0 != "=" })
+        guard name.hasPrefix("--"), name.count > 3 else { return nil }
+        var options: Set<String> = []
+        for token in subcommand.helpMessage(columns: 1000).split(whereSeparator: { " ,[]<>=\n".contains($0) }) where token.hasPrefix("--") && token.count > 2 {
+            options.insert(String(token))
+        }
+        return options.map { ($0, editDistance(name, $0)) }.filter { $0.1 <= max(2, name.count / 3) }
+            .min { ($0.1, $0.0) < ($1.1, $1.0) }?.0
     }
 }

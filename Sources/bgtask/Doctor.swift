@@ -36,7 +36,7 @@ extension Bgtask {
             if errors.isEmpty {
                 add("policy", .ok, "\(sources.count) layer(s), \(policy.rules.count) rules: " + sources.map(\.name).joined(separator: ", "))
             } else {
-                add("policy", .problem, "does not load: " + errors.map(\.description).joined(separator: "; ") + " — fix it (bgtask policy check)")
+                add("policy", .problem, PolicyLayers.leftOutWarning + ": " + errors.map(\.description).joined(separator: "; ") + " — fix it (bgtask policy check)")
             }
 
             // The state directory: the user's own, not a link, writable.
@@ -48,7 +48,9 @@ extension Bgtask {
                 add("state directory", .problem, "\(error)")
             }
 
-            // bgtaskd on the session bus.
+            // bgtaskd on the session bus (what to do when it is not reachable depends on the user manager, below).
+            var bgtaskdUnreachable: String?
+            let bgtaskdLine = lines.count
             switch Result(catching: { () throws(BusError) -> [BusValue] in try BusConnection().call(.getStatus, [], timeoutMs: 3000) }) {
             case .success(let reply):
                 if case .dict(let d)? = reply.first {
@@ -61,12 +63,20 @@ extension Bgtask {
                     }
                 }
             case .failure(let e):
-                add("bgtaskd", .note, "not reachable (\(e.message)): `bgtask submit` needs it — systemctl --user enable --now bgtaskd")
+                bgtaskdUnreachable = e.message
             }
 
             // The systemd user manager: tasks as transient units in background.slice.
             let runtime = getenv("XDG_RUNTIME_DIR").map { String(cString: $0) } ?? ""
-            if !runtime.isEmpty, access(runtime + "/systemd/private", F_OK) == 0 {
+            let userManager = !runtime.isEmpty && access(runtime + "/systemd/private", F_OK) == 0
+            if let why = bgtaskdUnreachable {
+                // What to do about it where it can be done: systemctl only where a user manager runs.
+                let start = userManager ? "systemctl --user enable --now bgtaskd"
+                    : "start it with `bgtaskd &` (no systemd user manager runs for this session)"
+                lines.insert(Line(check: "bgtaskd", status: .note, detail: "not reachable (\(why)): `bgtask submit` needs it — \(start)"),
+                             at: bgtaskdLine)
+            }
+            if userManager {
                 add("user manager", .ok, "systemd --user runs: bgtaskd's tasks are transient units in background.slice")
             } else {
                 add("user manager", .note, "no systemd user manager for this session: bgtaskd runs tasks as its own children")

@@ -12,6 +12,14 @@ extension PolicyLayers {
     static func printErrors(_ errors: [PolicyError]) {
         for e in errors { fputs(Terminal.safe(e.description, keepNewlines: true) + "\n", stderr) }
     }
+
+    /// What bgtaskd says of a broken layer in a policy directory, said the same by every command: left out, the
+    /// others in force. Nothing when every layer loaded.
+    static func warnLeftOut(_ errors: [PolicyError]) {
+        guard !errors.isEmpty else { return }
+        fputs("bgtask: warning: \(leftOutWarning) (bgtask policy check)\n", stderr)
+        printErrors(errors)
+    }
 }
 
 /// `--task 'kind=processing,requires_external_power=true,cpu_heavy'`.

@@ -16,7 +16,8 @@ extension Bgtask {
             Waits, without polling, until the policy's verdict is run (or throttle), starts the command in its \
             own process group, and follows every condition change. Exit status: the command's own (128+N if a \
             signal ended it); 75 when bgtask gave up waiting or expired the command; 2 for usage errors; \
-            78 when the policy does not load; 73 when the audit trail or the state directory cannot be \
+            78 when a policy file named with --policy does not load (a broken layer in a policy directory is left \
+            out with a warning, the others in force); 73 when the audit trail or the state directory cannot be \
             written; 127/126 when the command cannot be found or executed.
             """)
 

@@ -51,8 +51,8 @@ enum State {
         var writer = audit
         let lines = Recovery.recoverAll(runtimeDirectory: runtime, observer: LazyObserver { writer = writer ?? (try? State.audit(write: true)) ?? nil; return writer }) { task in
             if cachedPolicy == nil {
-                let (p, errors) = PolicyLayers.load(PolicyLayers.sources())
-                cachedPolicy = errors.isEmpty ? p : nil
+                // As every command: a broken layer is left out, the others decide (never a command left frozen).
+                cachedPolicy = PolicyLayers.load(PolicyLayers.sources()).0
             }
             guard let policy = cachedPolicy else { return nil }
             if cachedValues == nil {

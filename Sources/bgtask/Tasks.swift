@@ -98,7 +98,8 @@ extension Bgtask {
             var bars: [Int: String] = [:]
             for t in tasks {
                 var state = t.state
-                if let cap = t.cpuCap { state += " \(cap)%" }
+                // The daemon's state already says a cap ("throttled 25%"): said once, not "throttled 25% 25%".
+                if let cap = t.cpuCap, !state.hasSuffix(" \(cap)%") { state += " \(cap)%" }
                 rows.append([t.id, state,
                              t.cpuShare.map { "\(Int($0.rounded()))%" } ?? "-",
                              t.watts.map { Tasks.watts($0) } ?? "-",

@@ -3,6 +3,7 @@ import ArgumentParser
 import BgtaskCore
 import BgtaskProbes
 import BgtaskConfig
+import BgtaskPolicy
 import Dispatch
 import Synchronization
 #if canImport(Glibc)
@@ -17,6 +18,8 @@ extension Bgtask {
             Event-driven: udev's netlink monitor (power_supply, thermal, net), rtnetlink, and UPower, \
             NetworkManager and power-profiles-daemon signals. Thermal zones have no temperature events, so \
             they are read every --thermal-interval while watching (never when there are no zones). \
+            Gauges are said once they have moved enough: storage.free_bytes (of the current directory) when it has \
+            moved 1 % of the filesystem or crosses [storage] low_mb, so a busy disk is not a line every read. \
             Ctrl-C, SIGTERM or SIGHUP end it between two lines, so a --record file never ends in half a line; \
             the exit status is then 128 plus the signal's number.
             """)
@@ -50,8 +53,10 @@ extension Bgtask {
             }
             let interval: Int32? = thermalInterval > 0 ? Int32(thermalInterval * 1000) : nil
             // The policy's thresholds (battery low, [idle] after) make the readings match what `run` and bgtaskd
-            // decide from; a policy that does not load leaves the defaults (`policy check` says why).
-            let settings = PolicyLayers.load(PolicyLayers.sources(extra: [])).0.settings
+            // decide from; a broken layer is left out with the warning every command gives, the others' in force.
+            let (policy, errors) = PolicyLayers.load(PolicyLayers.sources(extra: []))
+            PolicyLayers.warnLeftOut(errors)
+            let settings = policy.settings
             let options = WatchOptions(probe: probe.probeOptions.applying(settings), thermalIntervalMs: interval)
             let done = DispatchSemaphore(value: 0)
             let printer = LinePrinter(json: json, record: recordFile, limit: count)
@@ -153,7 +158,7 @@ enum WatchLine {
         if u.initial { return "\(time) \(u.snapshot.summary)" }
         if u.changes.isEmpty { return "\(time) no change  [\(u.trigger)]" }
         let parts = u.changes.filter { $0.path != "power.reason" }.map { c in
-            "\(c.path) \(c.old.map(show) ?? "∅") → \(show(c.new))"
+            "\(c.path) \(c.old.map { show($0, c.path) } ?? "∅") → \(show(c.new, c.path))"
         }
         var line = "\(time) \(parts.joined(separator: " · "))"
         if parts.isEmpty {
@@ -165,8 +170,11 @@ enum WatchLine {
         return line + "  [\(u.trigger)]"
     }
 
-    static func show(_ v: JSONValue) -> String {
+    /// A value as a person reads it: a byte count (`…_bytes`) in binary units, as reasons fill it (`--json` keeps the
+    /// number).
+    static func show(_ v: JSONValue, _ path: String = "") -> String {
         if case .string(let s) = v { return s }
+        if path.hasSuffix("_bytes"), case .number(let n) = v { return Policy.bytesText(n) }
         return v.rendered
     }
 }

@@ -56,6 +56,15 @@ extension Bgtask {
             }
         }
 
+        /// A task's line in the list: where it stands, and for a run its expiry ended (SIGTERM, then its end by a
+        /// signal) what the story says of it — "expired 16:52:10: its 10m budget ran out", not "killed by signal 15".
+        static func listLine(_ last: AuditEntry, _ audit: AuditLog) -> String {
+            guard last.event == "finished", last.detail.contains("signal"),
+                  let expiry = (try? audit.entries(task: last.taskID, run: last.runID))?.last(where: { $0.event == "expired" })
+            else { return Story.summary(last) }
+            return "\(last.taskID): expired \(Story.clock(expiry.time)): \(Story.because(expiry)); ended \(Story.clock(last.time)) by that expiry (\(last.detail))"
+        }
+
         func tell(_ audit: AuditLog, from: Double) throws {
             guard let id else {
                 let limit = all ? Int.max : Why.recentTasks
@@ -67,7 +76,7 @@ extension Bgtask {
                 } else if latest.isEmpty {
                     print("no task in the last \(since)")
                 } else {
-                    latest.forEach { print(Terminal.safe(Story.summary($0))) }
+                    latest.forEach { print(Terminal.safe(Why.listLine($0, audit))) }
                     if more { print("(older tasks not shown: bgtask why --all)") }
                 }
                 return

@@ -181,7 +181,11 @@ struct StorageRuleTests {
         }
         let d = verdict(TaskFields(id: "p", kind: .processing), .bool(true))
         #expect(d.verdict == .defer && d.matches.first?.ruleID == "processing.storage-low")
-        #expect(d.reason == "storage low on /home/a (5000000 bytes free, under 1024 MiB)", "\(d.reason)")
+        #expect(d.reason == "storage low on /home/a (4.77 MiB free, under 1024 MiB)", "\(d.reason)")
+        // A {…_bytes} name is filled in binary units, to three figures.
+        let counts: [Double] = [1, 512, 1536, 851_443_712, 5_120_000_000, 3_298_534_883_328]
+        let said = counts.map(Policy.bytesText)
+        #expect(said == ["1 byte", "512 bytes", "1.5 KiB", "812 MiB", "4.77 GiB", "3 TiB"])
         var user = TaskFields(id: "u", kind: .processing)
         user.userInitiated = true
         for t in [TaskFields(id: "r", kind: .refresh), TaskFields(id: "g", kind: .regular), user] {

@@ -158,6 +158,24 @@ struct DifferTests {
         // A gauge becoming unknown is always news.
         #expect(d.changes(to: [("thermal.celsius", .null)]).count == 1)
     }
+
+    @Test("storage.free_bytes is news once it moves 1 % of the filesystem, or with storage.low as the threshold is crossed")
+    func freeBytesMoveByAPercentOrAcrossTheThreshold() {
+        var d = ConditionDiffer()
+        d.storageSize(100_000_000)
+        func at(_ free: Double, low: Bool) -> [String] {
+            d.changes(to: [("storage.free_bytes", .number(free)), ("storage.low", .bool(low))]).map(\.path)
+        }
+        #expect(at(50_000_000, low: false) == ["storage.free_bytes", "storage.low"])
+        #expect(at(49_500_000, low: false).isEmpty)            // 0.5 %
+        #expect(at(49_100_000, low: false).isEmpty)            // 0.9 % from what was said
+        #expect(at(48_900_000, low: false) == ["storage.free_bytes"])
+        #expect(at(48_800_000, low: true) == ["storage.free_bytes", "storage.low"])   // 0.1 %, but across
+        #expect(at(48_900_000, low: false) == ["storage.free_bytes", "storage.low"])
+        // An unknown size: every change is news, as before the size was known.
+        d.storageSize(nil)
+        #expect(at(48_899_999, low: false) == ["storage.free_bytes"])
+    }
 }
 
 @Suite("JSON output")

@@ -159,6 +159,8 @@ struct PowerFixtureTests {
         #expect(s.power.external == true)
         #expect(s.summary.contains("no battery: on external power"))
         #expect(s.summary.contains("no thermal zones"))
+        // Not "no logind": it was not asked.
+        #expect(s.summary.contains(" · presence unknown: D-Bus not consulted for a recorded tree"), "\(s.summary)")
         #expect(s.thermal.state == nil)
     }
 }

@@ -77,6 +77,11 @@ final class SessionDaemon {
     func bgtask(_ args: [String]) throws -> (Int32, String, String) {
         try Child.run(Child.bgtaskPath, args, environment: env, deadline: 30)
     }
+
+    /// bgtask run from the working directory `dir`, as a shell there would run it (a submit sends it as the task's).
+    func bgtask(in dir: URL, _ args: [String]) throws -> (Int32, String, String) {
+        try Child.run("/bin/sh", ["-c", "cd \"$1\" && shift && exec \"$@\"", "sh", dir.path, Child.bgtaskPath] + args, environment: env, deadline: 30)
+    }
 }
 
 extension UmockdevIntegrationTests {
@@ -696,14 +701,14 @@ extension PolicyCommandTests {
 }
 
 extension PolicyCommandTests {
-    @Test("bgtaskd reads storage.* for the home directory, where its tasks run, not for its own working directory")
+    @Test("bgtaskd reads storage.* for the task's working directory (here the home directory), not for its own working directory")
     func daemonStorageIsTheHomeDirectory() throws {
         let p = try PolicyEnv()
         try p.userPolicy("50-storage.toml", "[storage]\nlow_mb = 100000000\n")
         let home = p.dir.appendingPathComponent("home")
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         let d = try SessionDaemon(policy: p, preload: false, daemonEnv: ["HOME": home.path])
-        #expect(try d.bgtask(["submit", "--id", "big", "--", "true"]).0 == 0)
+        #expect(try d.bgtask(in: home, ["submit", "--id", "big", "--", "true"]).0 == 0)
         let t = try #require(try d.pending().first { $0["id"] as? String == "big" })
         #expect((t["reason"] as? String)?.contains("storage low on \(home.path) (") == true, "\(t)")
     }

@@ -55,20 +55,28 @@ struct HardeningTests {
         let check = try Child.run(Child.bgtaskPath, ["policy", "check"], environment: p.env, deadline: 20)
         #expect(check.0 == 1)
         #expect(check.2.contains("zz.toml:1:1: cannot read: a FIFO, not a regular file"), "\(check.2)")
+        // Found in a layer directory: left out with the warning, the other layers decide (as bgtaskd does).
         let run = try Child.run(Child.bgtaskPath, ["run", "--no-wait", "--", "true"], environment: p.env, deadline: 20)
-        #expect(run.0 == 78, "\(run.2)")
+        #expect(run.0 == 0 && run.2.contains("warning: a policy layer does not load and is left out") && run.2.contains("zz.toml:1:1"), "\(run.2)")
         let explain = try Child.run(Child.bgtaskPath, ["policy", "explain", "--task", "id=x"], environment: p.env, deadline: 20)
-        #expect(explain.0 == 78)
+        #expect(explain.0 == 0 && explain.2.contains("zz.toml:1:1: cannot read: a FIFO"), "\(explain.2)")
+        // Named on the command line: what was asked for, so nothing without it.
+        let named = try Child.run(Child.bgtaskPath, ["policy", "explain", "--policy", fifo, "--task", "id=x"], environment: p.env, deadline: 20)
+        #expect(named.0 == 78 && named.2.contains("zz.toml:1:1: cannot read: a FIFO"), "\(named.2)")
     }
 
-    @Test("policies that would overflow the stack or carry a NUL: run exits 78 naming file:line:col")
+    @Test("policies that would overflow the stack or carry a NUL: named with --policy, run exits 78 naming file:line:col; found in policy.d, left out with the same words")
     func hostilePoliciesStopRunWith78() throws {
         let p = try PolicyEnv()
         let nots = String(repeating: "!", count: 200) + "true"
-        try p.userPolicy("deep.toml", "[[rule]]\nid = \"x\"\nwhen = '\(nots)'\nverdict = \"defer\"\n")
-        let deep = try p.run(["run", "--no-wait", "--", "true"])
+        let deepFile = p.dir.appendingPathComponent("deep.toml")
+        try Data("[[rule]]\nid = \"x\"\nwhen = '\(nots)'\nverdict = \"defer\"\n".utf8).write(to: deepFile)
+        let deep = try p.run(["run", "--policy", deepFile.path, "--no-wait", "--", "true"])
         #expect(deep.0 == 78)
         #expect(deep.2.contains("deep.toml:3:") && deep.2.contains("nested too deeply"), "\(deep.2)")
+        try FileManager.default.moveItem(at: deepFile, to: p.userDir.appendingPathComponent("deep.toml"))
+        let found = try p.run(["run", "--no-wait", "--", "true"])
+        #expect(found.0 == 0 && found.2.contains("left out") && found.2.contains("deep.toml:3:") && found.2.contains("nested too deeply"), "\(found.2)")
         try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("deep.toml"))
         try p.userPolicy("nul.toml", "[[rule]]\nid = \"processing.needs-power\"\nenabled = false\n\u{0}\n")
         let nul = try p.run(["policy", "check"])

@@ -110,6 +110,33 @@ struct PolicyCommandTests {
         #expect(r.2.contains("mine.toml:3:25: in 'when' of rule 'x': \"warm\" is not a thermal state"))
     }
 
+    @Test("one rule for a broken layer in every command: found in policy.d, left out with a warning naming file:line:col and the others decide; named with --policy, exit 78; policy check exits 1")
+    func brokenLayerOneStory() throws {
+        let p = try PolicyEnv()
+        let text = "[[rule]]\nid = \"x\"\nwhen = 'thermal.temp > 5'\nverdict = \"pause\"\n"
+        try p.userPolicy("60-typo.toml", text)
+        let named = p.dir.appendingPathComponent("named.toml")
+        try Data(text.utf8).write(to: named)
+        let at = "60-typo.toml:3:9: in 'when' of rule 'x': unknown name 'thermal.temp'"
+        for args in [["run", "--no-wait", "--", "true"], ["policy", "explain", "--id", "t"], ["policy", "show"], ["doctor"]] {
+            let r = try p.run(args)
+            let said = r.1 + r.2
+            #expect(said.contains("a policy layer does not load and is left out") && said.contains(at), "\(args): \(r)")
+            if args[0] != "doctor" { #expect(r.0 == 0, "\(args): \(r)") }
+        }
+        let watch = try Child(Child.bgtaskPath, ["watch", "--json", "--thermal-interval", "0"], environment: p.env)
+        defer { watch.stop() }
+        #expect(watch.errorLine(within: 10) { $0.contains("a policy layer does not load and is left out") } != nil, "\(watch.stderr)")
+        #expect(watch.line(within: 10) != nil, "watch goes on: \(watch.stderr)")
+        for args in [["run", "--policy", named.path, "--no-wait", "--", "true"], ["policy", "explain", "--policy", named.path, "--id", "t"],
+                     ["policy", "show", "--policy", named.path]] {
+            let r = try p.run(args)
+            #expect(r.0 == 78 && r.2.contains("named.toml:3:9") && r.2.contains("the policy does not load"), "\(args): \(r)")
+        }
+        #expect(try p.run(["policy", "check"]).0 == 1)
+        #expect(try p.run(["policy", "check", named.path]).0 == 1)
+    }
+
     @Test("a user layer replaces a shipped rule by id; show says so")
     func showLayers() throws {
         let p = try PolicyEnv()
@@ -263,13 +290,20 @@ extension PolicyCommandTests {
         #expect((j["said"] as? String)?.contains("60-broken.toml:3") == true && (j["said"] as? String)?.contains("last good policy stays in force") == true, "\(o1)")
     }
 
-    @Test("a mistyped subcommand is named with the closest one, exit 2")
+    @Test("a mistyped subcommand or option is named with the closest one, exit 2")
     func didYouMean() throws {
         let p = try PolicyEnv()
         let (s, _, e) = try p.run(["stauts"])
         #expect(s == 2 && e.contains("'stauts' is not a command; did you mean 'bgtask status'?"), "\(e)")
         let (s2, _, e2) = try p.run(["policy", "chek"])
         #expect(s2 == 2 && e2.contains("did you mean 'bgtask policy check'?"), "\(e2)")
+        // An option of run or submit, whose own words end at the command, as the parser says it for the others.
+        for cmd in ["run", "submit"] {
+            let (st, _, er) = try p.run([cmd, "--requires-externl-power", "--", "true"])
+            #expect(st == 2 && er.contains("Unknown option '--requires-externl-power'; did you mean '--requires-external-power'?"), "\(cmd): \(er)")
+        }
+        let (sp, _, ep) = try p.run(["pending", "--jsno"])
+        #expect(sp == 2 && ep.contains("Did you mean '--json'?"), "\(ep)")
         let (s3, _, e3) = try p.run(["run", "--budget", "5", "true"])
         #expect(s3 == 2 && e3.contains("a duration is written 30s, 10m, 2h or 1h30m"), "\(e3)")
     }
@@ -292,6 +326,15 @@ extension PolicyCommandTests {
 
         let (s2, o2, _) = try p.run(["doctor"])
         #expect(s2 == 0 && o2.contains("note    bgtaskd") && o2.contains("not reachable"), "\(o2)")
+        // No session bus, no user manager, no system bus (a container): notes, not failures, and advice that can be
+        // followed here — no X11 autolaunch, no systemctl --user where no user manager runs.
+        let bare = p.environment(preload: false, ["DBUS_SESSION_BUS_ADDRESS": nil, "XDG_RUNTIME_DIR": nil,
+                                                  "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(p.dir.path)/no-system-bus"])
+        let (s4, o4, e4) = try Child.run(Child.bgtaskPath, ["doctor"], environment: bare, deadline: 30)
+        #expect(s4 == 0 && !o4.contains("PROBLEM"), "\(o4) \(e4)")
+        #expect(o4.contains("not reachable (DBUS_SESSION_BUS_ADDRESS is not set, nor XDG_RUNTIME_DIR)") && o4.contains("start it with `bgtaskd &`")
+                && !o4.contains("autolaunch") && !o4.contains("systemctl --user"), "\(o4)")
+        for peer in ["UPower", "presence", "power-profiles-daemon"] { #expect(o4.contains("note    \(peer)"), "\(peer): \(o4)") }
         try p.userPolicy("70-bad.toml", "[idle]\nafter = 5\n")
         let (s3, o3, _) = try p.run(["doctor"])
         #expect(s3 == 1 && o3.contains("PROBLEM policy") && o3.contains("70-bad.toml:2"), "\(o3)")

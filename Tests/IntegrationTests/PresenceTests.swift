@@ -178,6 +178,9 @@ extension UmockdevIntegrationTests {
         let j2 = try parseJSON(o2)
         #expect(s2 == 0 && value(j2, "user.idle") is NSNull, "\(o2)")
         #expect((value(j2, "user.reason") as? String)?.contains("logind not on the system bus") == true, "\(o2)")
+        // The one line says it too, as it says "no thermal zones".
+        let (s2a, o2a, _) = try Child.run(Child.bgtaskPath, ["status"], environment: noLogind)
+        #expect(s2a == 0 && o2a.contains(" · presence unknown: no logind"), "\(o2a)")
         let (s3, o3, e3) = try Child.run(Child.bgtaskPath, ["policy", "explain", "--task", "kind=processing"], environment: noLogind)
         #expect(s3 == 0, "\(e3)")
         #expect(o3.contains("processing.user-away") && o3.contains("user.idle = unknown"), "\(o3)")

@@ -323,11 +323,11 @@ struct RunCommandTests {
         #expect(empty.0 == 2 && empty.2.contains("no command given"))
         let notFound = try p.run(["run", "--", "/nonexistent/command"])
         #expect(notFound.0 == 127 && notFound.2.contains("cannot run /nonexistent/command: No such file or directory"))
-        try p.userPolicy("bad.toml", "[[rule]]\nid = \"x\"\nwhen = 'battery.pct < 5'\nverdict = \"pause\"\n")
-        let badPolicy = try p.run(["run", "--", "true"])
+        let bad = p.dir.appendingPathComponent("bad.toml")
+        try Data("[[rule]]\nid = \"x\"\nwhen = 'battery.pct < 5'\nverdict = \"pause\"\n".utf8).write(to: bad)
+        let badPolicy = try p.run(["run", "--policy", bad.path, "--", "true"])
         #expect(badPolicy.0 == 78)
         #expect(badPolicy.2.contains("bad.toml:3:9: in 'when' of rule 'x': unknown name 'battery.pct'"))
-        try FileManager.default.removeItem(at: p.userDir.appendingPathComponent("bad.toml"))
         let unwritable = try Child.run(Child.bgtaskPath, ["run", "--", "true"],
                                        environment: p.environment(preload: false, ["BGTASK_STATE_DIR": "/etc/passwd/state"]))
         #expect(unwritable.0 == 73 && unwritable.2.contains("cannot write the audit trail: state directory /etc/passwd: is not a directory"),
@@ -374,6 +374,9 @@ struct RunCommandTests {
         // The story says why it ended, not only the signal that did it.
         let why = try p.run(["why", "long"]).1
         #expect(why.contains("its 300ms budget ran out") && why.contains("by that expiry (killed by signal 15)"), "\(why)")
+        // And the list says the same of it, not only the signal.
+        let list = try p.run(["why"]).1
+        #expect(list.contains("long: expired ") && list.contains(": its 300ms budget ran out; ended ") && list.contains("by that expiry (killed by signal 15)"), "\(list)")
     }
 }
 

@@ -73,6 +73,77 @@ struct UmockdevIntegrationTests {
         #expect(newValue(try parseJSON(cool), "thermal.state") as? String == "nominal")
     }
 
+    @Test("watch is quiet while a file in its storage directory grows by small amounts; it says storage.free_bytes once it moves 1 % of the filesystem, and as [storage] low_mb is crossed")
+    func storageIsQuietOnABusyDisk() throws {
+        try requirePreload()
+        let p = try PolicyEnv()
+        try p.userPolicy("50-storage.toml", "[storage]\nlow_mb = 4\n")
+        let dir = p.dir.appendingPathComponent("disk")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        guard let tmpfs = try Tmpfs(at: dir, size: "8m") else { return }   // 1 % is 83,886 bytes
+        defer { tmpfs.unmount() }
+        let tb = Testbed()
+        let laptop = tb.addLaptop(acOnline: true, batteryStatus: "Full", energyNow: 60_000_000)
+        // Zones read every 50 ms: each read is a statvfs too, the reads that printed a line every 2 s.
+        let watch = try Child("/bin/sh", ["-c", "cd \"$1\" && shift && exec \"$@\"", "sh", dir.path,
+                                          Child.bgtaskPath, "watch", "--json", "--no-dbus", "--thermal-interval", "0.05"],
+                              environment: p.environment(preload: true))
+        defer { watch.stop() }
+        let first = try parseJSON(try #require(watch.line(within: 10), "no first line: \(watch.stderr)"))
+        #expect(newValue(first, "storage.low") as? Bool == false, "\(first)")
+        let file = try #require(FileHandle(forWritingAtPath: { FileManager.default.createFile(atPath: dir.path + "/log", contents: nil); return dir.path + "/log" }()))
+        defer { try? file.close() }
+        var online = true
+        /// The lines after a charger change, up to its own (the battery's uevent may come with a line of its own).
+        func afterPlug() throws -> [[String: Any]] {
+            online.toggle()
+            tb.plug(laptop, online)
+            var lines: [[String: Any]] = []
+            while lines.last.map({ newValue($0, "power.external") as? Bool != online }) ?? true {
+                lines.append(try parseJSON(try #require(watch.line(within: 3), "no line for the charger: \(lines) \(watch.stderr)")))
+            }
+            return lines
+        }
+        // Ten writes of 4 KiB (40 KiB in all, under 1 %), each followed by a charger change: no line up to the
+        // charger's has storage.free_bytes in it.
+        for round in 0..<10 {
+            file.write(Data(count: 4096))
+            try file.synchronize()
+            let lines = try afterPlug()
+            #expect(lines.allSatisfy { newValue($0, "storage.free_bytes") == nil }, "round \(round): \(lines)")
+        }
+        /// Writes `bytes` more, then changes the charger (a read at the latest): the first line whose change matches.
+        /// (A zone read in the middle of a large write may see part of it: such a line comes first, and is passed.)
+        func write(_ bytes: Int, until match: ([String: Any]) -> Bool) throws -> [String: Any] {
+            file.write(Data(count: bytes))
+            try file.synchronize()
+            online.toggle()
+            tb.plug(laptop, online)
+            let line = try #require(watch.line(within: 3) { (try? parseJSON($0)).map(match) ?? false }, "no such line: \(watch.stderr)")
+            return try parseJSON(line)
+        }
+        func free(_ line: [String: Any]) -> Double? { newValue(line, "storage.free_bytes") as? Double }
+        // 1 MiB more: said.
+        let moved = try write(1 << 20) { free($0).map { $0 < 7 * 1_048_576 } == true }
+        #expect(newValue(moved, "storage.low") == nil, "\(moved)")
+        // To 4,148 KiB free, just over the 4 MiB threshold (a move of more than 1 %: said), then 64 KiB more, under
+        // 1 % but across the threshold: low, with the bytes beside it.
+        let near = try write(2980 << 10) { free($0).map { $0 < 4200 * 1024 } == true }
+        #expect(free(near).map { $0 > 4 * 1_048_576 } == true && newValue(near, "storage.low") == nil, "\(near)")
+        let low = try write(64 << 10) { newValue($0, "storage.low") != nil }
+        #expect(newValue(low, "storage.low") as? Bool == true && free(low).map { $0 < 4 * 1_048_576 } == true, "\(low)")
+        // The text form says the bytes in binary units, not a 7-digit count.
+        let text = try Child("/bin/sh", ["-c", "cd \"$1\" && shift && exec \"$@\"", "sh", dir.path,
+                                         Child.bgtaskPath, "watch", "--no-dbus", "--thermal-interval", "0"], environment: p.environment(preload: true))
+        defer { text.stop() }
+        _ = try #require(text.line(within: 10), "no first line: \(text.stderr)")
+        try file.truncate(atOffset: 0)
+        try file.synchronize()
+        tb.plug(laptop, !online)   // a read: the file's space came back
+        let freed = try #require(text.line(within: 3) { $0.contains("storage.free_bytes") }, "no storage line: \(text.stderr)")
+        #expect(freed.range(of: #"storage\.free_bytes [0-9.]+ MiB → [0-9.]+ MiB"#, options: .regularExpression) != nil, "\(freed)")
+    }
+
     @Test("recorded fixtures read the same through umockdev-run as through --sysfs-root",
           arguments: ["power/03-dell-xps15-discharging", "power/11-14-dual-battery-secondary-empty",
                       "power/checkbox-ipu7-not-charging-ucsi", "thermal/thermald-231-skylake-trips"])
