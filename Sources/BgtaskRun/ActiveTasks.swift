@@ -2,6 +2,7 @@
 @preconcurrency import Glibc
 #endif
 import BgtaskConfig
+import BgtaskFiles
 import BgtaskPolicy
 
 /// What a running `bgtask run` supervises, written where it lives only until the next boot
@@ -19,7 +20,7 @@ public struct SupervisorRecord: Sendable, Equatable {
     public var cgroup: Containment
     public var runID: String
     public var task: TaskFields
-    /// running, paused, throttled N, expiring
+    /// running, paused, throttled N%, expiring
     public var state: String
     public var grace: Double
 
@@ -127,6 +128,43 @@ public final class ActiveTasks {
     }
 
     public func remove() { unlink(file) }
+
+    /// The `bgtask run`s of this user whose supervisor is alive now (`bgtask tasks`), by their records in
+    /// `runtimeDirectory/active`: this boot's, ours, whose supervisor is still the process recorded (by its start
+    /// time, as `Recovery.scan` tells it). Read only: what a dead supervisor left is for the next `bgtask run`, `why`
+    /// or `log` to recover, not for a listing to touch. A record being written, claimed, malformed or not ours is
+    /// skipped; a run shows once its command has started (a waiting one has no record yet).
+    public static func live(runtimeDirectory: String) -> [LiveRun] {
+        let dir = runtimeDirectory + "/active"
+        guard (try? SecureDirectory.verify(dir)) != nil, let names = FileIO.names(dir) else { return [] }
+        let boot = ProcInfo.bootID()
+        var runs: [LiveRun] = []
+        for n in names.sorted() {
+            let parts = n.split(separator: ".")
+            guard parts.count == 2, parts[1] == "rec", let owner = pid_t(parts[0]), owner > 1 else { continue }
+            let path = dir + "/" + n
+            guard (try? SecureDirectory.checkFile(path)) != nil,
+                  case .success(let bytes) = FileIO.readBytes(path, limit: SupervisorRecord.maxBytes + 1, noFollow: true),
+                  bytes.count <= SupervisorRecord.maxBytes, let r = SupervisorRecord.parse(String(decoding: bytes, as: UTF8.self)),
+                  r.supervisorPID == owner, r.bootID == boot, r.uid == geteuid(), ProcInfo.isSame(owner, start: r.supervisorStart)
+            else { continue }
+            runs.append(LiveRun(record: r, runtime: r.childStart > 0 ? ProcInfo.age(start: r.childStart) : nil))
+        }
+        return runs
+    }
+}
+
+/// A `bgtask run` running now, as its record says (`ActiveTasks.live`).
+public struct LiveRun: Sendable, Equatable {
+    public var record: SupervisorRecord
+    /// How long its command has run, in seconds (nil when /proc cannot tell).
+    public var runtime: Double?
+
+    /// The cap of a `throttled N%` state, in percent.
+    public var cpuCap: UInt32? {
+        guard record.state.hasPrefix("throttled "), record.state.hasSuffix("%") else { return nil }
+        return UInt32(record.state.dropFirst("throttled ".count).dropLast())
+    }
 }
 
 /// What `/proc` says of a process: when it started (to tell it from a later one with the same PID) and whose it is.

@@ -96,11 +96,29 @@ enum DaemonClient {
     /// Asks bgtaskd on the session bus; what it refuses and a daemon that is not there end the CLI with the
     /// matching exit status.
     static func asking<T>(_ body: (BusConnection) throws(BusError) -> T) -> T {
+        switch askingIfThere(body) {
+        case .success(let value): return value
+        case .failure(let gone): fail(gone.sentence, ExitStatus.unavailable)
+        }
+    }
+
+    /// Why bgtaskd could not be asked: no session bus, or nobody answering on its name (the sentence every command says).
+    struct Unreachable: Error { var sentence: String }
+
+    /// As `asking`, but a daemon that is not there is not the end: why is returned, for a command that has something
+    /// to say without it (`tasks`: the foreground `bgtask run`s). What bgtaskd refuses still ends the CLI.
+    static func askingIfThere<T>(_ body: (BusConnection) throws(BusError) -> T) -> Result<T, Unreachable> {
         let bus: BusConnection
         do { bus = try BusConnection() } catch {
-            fail("no session bus (\(error.message)); bgtaskd runs on the user's session bus", ExitStatus.unavailable)
+            return .failure(Unreachable(sentence: "no session bus (\(error.message)); bgtaskd runs on the user's session bus"))
         }
-        do { return try body(bus) } catch {
+        return asking(bus, body)
+    }
+
+    /// `body` on a connection the caller keeps (the live view's).
+    static func asking<T>(_ bus: BusConnection, _ body: (BusConnection) throws(BusError) -> T) -> Result<T, Unreachable> {
+        do { return .success(try body(bus)) } catch {
+            if let why = unreachable(error) { return .failure(Unreachable(sentence: why)) }
             if error.name == BusError.wrongReply { fail("\(error.message): \(wrongReplyTail)", ExitStatus.software) }
             switch SchedulerError(rawValue: error.name) {
             case .unavailable?:
@@ -112,7 +130,6 @@ enum DaemonClient {
             case .noSuchTask?:
                 fail(error.message, ExitStatus.failure)
             default:
-                if let why = unreachable(error) { fail(why, ExitStatus.unavailable) }
                 fail("\(error.shortName): \(error.message)", ExitStatus.failure)
             }
         }
