@@ -155,8 +155,12 @@ extension Bgtask {
             draw()
             tick()
             loop.run()
+            // Said by the deferred restore, once the screen is back: on the alternate screen it would be lost.
+            if let unreachable, gone == nil {
+                gone = unreachable + "; listed only the foreground `bgtask run`s"
+                status = ExitStatus.unavailable
+            }
             if status != ExitStatus.ok { throw ExitCode(status) }
-            try said()
         }
 
         /// The terminal's width (80 when it cannot be told).

@@ -89,5 +89,17 @@ struct TasksTests {
         #expect(live.contains("2 running"), "\(live)")
         try t.type("C-c")
         _ = try t.screen(within: 10) { !$0.contains("WHY") }
+
+        // Without bgtaskd the view still shows the foreground run, and says why once the screen is back, with 69.
+        d.crash()
+        try t.reset()
+        try t.type("bgtask tasks; echo \"status $?\"", "Enter")
+        let alone = try t.screen(within: 10) { $0.contains("fg ") && $0.contains("WHY") }
+        #expect(alone.contains("1 running (bgtaskd is not reachable: only foreground `bgtask run`s)") && !alone.contains("crunch"), "\(alone)")
+        try t.type("C-c")
+        let after = try t.screen(within: 10) { $0.range(of: #"status \d+\n"#, options: .regularExpression) != nil }
+        let unwrapped = after.replacingOccurrences(of: "\n", with: "")    // the sentence is wider than the terminal
+        #expect(unwrapped.contains("bgtaskd is not reachable on the session bus") && unwrapped.contains("listed only the foreground `bgtask run`s")
+                && after.contains("status 69\n") && !after.contains("WHY"), "\(after)")
     }
 }
