@@ -108,11 +108,14 @@ enum DaemonClient {
     /// As `asking`, but a daemon that is not there is not the end: why is returned, for a command that has something
     /// to say without it (`tasks`: the foreground `bgtask run`s). What bgtaskd refuses still ends the CLI.
     static func askingIfThere<T>(_ body: (BusConnection) throws(BusError) -> T) -> Result<T, Unreachable> {
-        let bus: BusConnection
-        do { bus = try BusConnection() } catch {
+        connect().flatMap { asking($0, body) }
+    }
+
+    /// The session bus, or why there is none.
+    static func connect() -> Result<BusConnection, Unreachable> {
+        do { return .success(try BusConnection()) } catch {
             return .failure(Unreachable(sentence: "no session bus (\(error.message)); bgtaskd runs on the user's session bus"))
         }
-        return asking(bus, body)
     }
 
     /// `body` on a connection the caller keeps (the live view's).

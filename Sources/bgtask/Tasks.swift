@@ -61,6 +61,9 @@ extension Bgtask {
             }
         }
 
+        /// Said after why bgtaskd could not be asked.
+        static let onlyForeground = "; listed only the foreground `bgtask run`s"
+
         /// The live foreground `bgtask run`s (none when the runtime directory cannot be told: no run could have written there).
         static func foreground() -> [Row] {
             guard let dir = try? StatePaths.runtimeDirectory() else { return [] }
@@ -84,21 +87,14 @@ extension Bgtask {
             for s in [SIGINT, SIGTERM, SIGHUP, SIGWINCH] { sigaddset(&mask, s) }
             if live { sigprocmask(SIG_BLOCK, &mask, nil) }
             // Without bgtaskd the foreground runs are still told, and its absence said (stderr, exit 69) once they are.
-            var unreachable: String?
-            var bus: BusConnection?
-            do { bus = try BusConnection() } catch {
-                unreachable = "no session bus (\(error.message)); bgtaskd runs on the user's session bus"
-            }
-            var daemon: [Row] = []
-            if let b = bus {
-                switch Tasks.daemonRows(b) {
-                case .success(let rows): daemon = rows
-                case .failure(let gone): unreachable = gone.sentence; bus = nil
-                }
+            var unreachable: String?, bus: BusConnection?, daemon: [Row] = []
+            switch DaemonClient.connect().flatMap({ b in Tasks.daemonRows(b).map { (b, $0) } }) {
+            case .success(let (b, rows)): bus = b; daemon = rows
+            case .failure(let gone): unreachable = gone.sentence + Tasks.onlyForeground
             }
             func said() throws {
                 guard let unreachable else { return }
-                err(unreachable + "; listed only the foreground `bgtask run`s", status: ExitStatus.unavailable)
+                err(unreachable, status: ExitStatus.unavailable)
                 throw ExitCode(ExitStatus.unavailable)
             }
             let rows = daemon + Tasks.foreground()
@@ -157,7 +153,7 @@ extension Bgtask {
             loop.run()
             // Said by the deferred restore, once the screen is back: on the alternate screen it would be lost.
             if let unreachable, gone == nil {
-                gone = unreachable + "; listed only the foreground `bgtask run`s"
+                gone = unreachable
                 status = ExitStatus.unavailable
             }
             if status != ExitStatus.ok { throw ExitCode(status) }
