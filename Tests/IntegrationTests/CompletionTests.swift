@@ -61,7 +61,7 @@ struct CompletionTests {
     }
 
     @Test("bash: a subcommand that is also a directory here completes without a slash; a task id from bgtaskd's queue completes; the command after -- and its arguments complete as commands",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux"), "tmux is not installed"))
+          .enabled(if: installedOrCI("/usr/bin/tmux"), "tmux is not installed"))
     func bashInATerminal() throws {
         let p = try PolicyEnv()
         let d = try SessionDaemon(policy: p, preload: false)
@@ -101,7 +101,7 @@ struct CompletionTests {
     }
 
     @Test("zsh: the command after -- and the command without -- complete as commands, in a real terminal",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux") && FileManager.default.isExecutableFile(atPath: "/usr/bin/zsh"),
+          .enabled(if: installedOrCI("/usr/bin/tmux", "/usr/bin/zsh"),
                    "tmux or zsh is not installed"))
     func zshInATerminal() throws {
         let completion = try Self.scripts()
@@ -138,7 +138,7 @@ struct CompletionTests {
     }
 
     @Test("fish: the command of run/submit completes as a command line, after -- or from its first word; options still complete",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/fish"), "fish is not installed"))
+          .enabled(if: installedOrCI("/usr/bin/fish"), "fish is not installed"))
     func fish() throws {
         let completion = try Self.scripts()
         let home = FileManager.default.temporaryDirectory.appendingPathComponent("bgtask-fish-\(UUID().uuidString)")
@@ -158,7 +158,7 @@ struct CompletionTests {
 @Suite("bgtask tasks on a terminal: a live view on the alternate screen")
 struct LiveViewTests {
     @Test("the live view draws a table with the rule that throttles a task and its file:line, and Ctrl-C puts back the screen as it was",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux"), "tmux is not installed"))
+          .enabled(if: installedOrCI("/usr/bin/tmux"), "tmux is not installed"))
     func alternateScreen() throws {
         let p = try PolicyEnv()
         try p.userPolicy("50-slow.toml", "[[rule]]\nid = \"crunch.slow\"\nwhen = 'task.id == \"crunch\"'\nverdict = \"throttle\"\ncpu_percent = 20\nreason = \"kept slow\"\n")

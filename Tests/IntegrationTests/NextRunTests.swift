@@ -78,7 +78,7 @@ extension UmockdevIntegrationTests {
     }
 
     @Test("NEXT for --on-calendar is the event's next elapse as systemd-analyze calendar says it",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: CalendarTests.analyze), "systemd-analyze, the reference, is not installed"))
+          .enabled(if: installedOrCI(CalendarTests.analyze), "systemd-analyze, the reference, is not installed"))
     func nextRunForCalendar() throws {
         let (p, tb, d) = try nextRunDaemon()
         defer { withExtendedLifetime((p, tb)) {} }   // its state directory and testbed live as long as the daemon

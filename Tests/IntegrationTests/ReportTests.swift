@@ -81,7 +81,7 @@ struct ReportTests {
     }
 
     @Test("a stretch nobody read is drawn 'not read' (bgtaskd stopped), never the last value stretched; a run's reading then is a mark; seen in the SVG and by Chromium",
-          .enabled(if: ReportTests.chromium != nil, "Chromium is not installed (Debian's chromium package)"))
+          .enabled(if: ReportTests.chromium != nil || installedOrCI(), "Chromium is not installed (Debian's chromium package)"))
     func notReadIsSaid() throws {
         let p = try PolicyEnv()
         let d = try SessionDaemon(policy: p, preload: false)
@@ -201,7 +201,7 @@ struct ReportTests {
     }
 
     @Test("rendered in headless Chromium: the screenshot of a simulated recorded trace is not blank and shows the lanes' colours",
-          .enabled(if: ReportTests.chromium != nil, "Chromium is not installed (Debian's chromium package)"))
+          .enabled(if: ReportTests.chromium != nil || installedOrCI(), "Chromium is not installed (Debian's chromium package)"))
     func chromiumRendersIt() throws {
         let p = try PolicyEnv()
         let html = p.dir.appendingPathComponent("sim.html").path, png = p.dir.appendingPathComponent("sim.png").path
@@ -217,6 +217,7 @@ struct ReportTests {
 
     /// `html` rendered by headless Chromium into `png`.
     static func screenshot(_ html: String, png: String, in p: PolicyEnv) throws {
+        let chromium = try #require(Self.chromium, "Chromium is not installed (Debian's chromium package; scripts/install-deps.sh --test)")
         let home = p.dir.appendingPathComponent("chromium-home").path
         // Chromium's helpers (zygote, crash handler) outlive it: its output goes to a file, not to this test's pipe
         // (which they would hold open to the deadline), and whatever is left of it is ended by its profile's name.
@@ -227,7 +228,7 @@ struct ReportTests {
             let flags = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
                          "--disable-background-networking", "--disable-component-update", "--disable-breakpad", "--hide-scrollbars",
                          "--window-size=1280,420", "--user-data-dir=\(profile)", "--screenshot=\(png)", "file://\(html)"]
-            let script = "timeout -k 5 50 '\(Self.chromium!)' \(flags.map { "'\($0)'" }.joined(separator: " ")) >'\(log)' 2>&1; s=$?; "
+            let script = "timeout -k 5 50 '\(chromium)' \(flags.map { "'\($0)'" }.joined(separator: " ")) >'\(log)' 2>&1; s=$?; "
                 + "pkill -f -- '--user-data-dir=\(profile)'; exit $s"
             let (cs, _, _) = try Child.run("/bin/sh", ["-c", script], environment: Child.environment(["HOME": home]), deadline: 70)
             if cs == 0 && FileManager.default.fileExists(atPath: png) { break }

@@ -67,7 +67,7 @@ struct TasksTests {
     }
 
     @Test("the live view on a terminal: a task throttled by a rule reads `throttled 25%` once, a foreground run beside it by run",
-          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/tmux"), "tmux is not installed"))
+          .enabled(if: installedOrCI("/usr/bin/tmux"), "tmux is not installed"))
     func liveViewSaysTheCapOnce() throws {
         let p = try PolicyEnv()
         try p.userPolicy("50-cap.toml", "[[rule]]\nid = \"crunch.cap\"\nwhen = 'task.id == \"crunch\"'\nverdict = \"throttle\"\ncpu_percent = 25\nreason = \"kept at a quarter\"\n")

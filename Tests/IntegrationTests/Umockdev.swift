@@ -4,6 +4,12 @@ import Testing
 
 /// Tests that need umockdev's preload. Outside CI they are skipped when it is missing; in CI
 /// (`CI` set) they run and fail, so a broken set-up is never mistaken for a pass.
+/// True in CI (CI set), so that a test needing a tool `scripts/install-deps.sh --test` installs fails there when the
+/// tool is missing instead of skipping; elsewhere, whether every one of `paths` is an executable.
+func installedOrCI(_ paths: String...) -> Bool {
+    ProcessInfo.processInfo.environment["CI"] != nil || paths.allSatisfy { FileManager.default.isExecutableFile(atPath: $0) }
+}
+
 let umockdevReady = Testbed.preloaded || ProcessInfo.processInfo.environment["CI"] != nil
 
 func requirePreload() throws {
